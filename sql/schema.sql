@@ -1,0 +1,36 @@
+-- leaf_id tables. Created before the functions (bootstrap).
+
+CREATE TABLE leaf_alloc (
+    biz_tag     text        PRIMARY KEY
+                            CONSTRAINT leaf_alloc_biz_tag_length CHECK (char_length(biz_tag) BETWEEN 1 AND 128),
+    max_id      bigint      NOT NULL DEFAULT 1
+                            CONSTRAINT leaf_alloc_max_id_not_negative CHECK (max_id >= 0),
+    step        integer     NOT NULL
+                            CONSTRAINT leaf_alloc_step_positive CHECK (step >= 1),
+    description text,
+    update_time timestamptz NOT NULL DEFAULT now()
+);
+SELECT pg_catalog.pg_extension_config_dump('leaf_alloc', '');
+
+COMMENT ON TABLE leaf_alloc IS
+  'leaf_id segment mode: one row per tag. max_id is the first ID not yet reserved; a refill reserves [max_id, max_id + n) and advances max_id.';
+COMMENT ON COLUMN leaf_alloc.biz_tag IS 'Tag name passed to leaf_segment_next(), 1 to 128 characters.';
+COMMENT ON COLUMN leaf_alloc.max_id IS 'First ID not yet reserved by any segment.';
+COMMENT ON COLUMN leaf_alloc.step IS 'Minimum segment size; the dynamic step grows from it (changes apply at the next refill).';
+COMMENT ON COLUMN leaf_alloc.update_time IS 'Time of the last refill.';
+
+CREATE TABLE leaf_worker (
+    worker_id      integer     PRIMARY KEY
+                               CONSTRAINT leaf_worker_id_range CHECK (worker_id BETWEEN 0 AND 1023),
+    node_name      text        NOT NULL UNIQUE,
+    last_timestamp bigint,
+    heartbeat_at   timestamptz,
+    created_at     timestamptz NOT NULL DEFAULT now()
+);
+SELECT pg_catalog.pg_extension_config_dump('leaf_worker', '');
+
+COMMENT ON TABLE leaf_worker IS
+  'leaf_id snowflake mode: registry of worker ids (0..1023), one per node. Share it between nodes for ids unique across them.';
+COMMENT ON COLUMN leaf_worker.node_name IS 'Node identity: leaf_id.node_name, or system identifier:port.';
+COMMENT ON COLUMN leaf_worker.last_timestamp IS 'Persisted high-water mark (Unix ms): no ID of this worker id has a later millisecond.';
+COMMENT ON COLUMN leaf_worker.heartbeat_at IS 'Time of the last renewal of last_timestamp.';

@@ -1,0 +1,115 @@
+//! What a calling backend does around the lock-free hot paths: find its
+//! database's slot, start the database's worker, and wait (bounded) for it.
+
+use crate::errors::raise;
+use crate::shmem::{Shared, shared};
+use crate::worker;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::{Duration, Instant};
+
+/// A worker registered but not attached after this long is registered again.
+const WORKER_START_GRACE_MS: i64 = 10_000;
+
+pub fn my_dboid() -> u32 {
+    unsafe { pg_sys::MyDatabaseId.to_u32() }
+}
+
+/// This database's slot, cached per backend.
+pub fn my_db_slot(sh: &Shared) -> usize {
+    static mut CACHED: Option<usize> = None;
+    unsafe {
+        if let Some(i) = CACHED {
+            if sh.db(i).dboid.load(SeqCst) == my_dboid() {
+                return i;
+            }
+        }
+        match sh.db_slot(my_dboid()) {
+            Some(i) => {
+                CACHED = Some(i);
+                i
+            }
+            None => raise(
+                PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+                format!("leaf_id is used by {} databases already", sh.n_dbs()),
+                Some("Raise leaf_id.max_databases and restart the server."),
+            ),
+        }
+    }
+}
+
+/// Make sure the database's worker runs (or is starting); wake it.
+pub fn ensure_worker(sh: &Shared, db: usize) {
+    let slot = sh.db(db);
+    if slot.worker_pid.load(SeqCst) != 0 {
+        sh.wake_worker(db);
+        return;
+    }
+    let now = crate::shmem::unix_ms();
+    {
+        let _g = sh.lock_global();
+        if slot.worker_pid.load(SeqCst) != 0 {
+            drop(_g);
+            sh.wake_worker(db);
+            return;
+        }
+        let requested = slot.worker_requested_at.load(SeqCst);
+        if requested != 0 && now - requested < WORKER_START_GRACE_MS {
+            return;
+        }
+        slot.worker_requested_at.store(now, SeqCst);
+    }
+    if !worker::start_dynamic(my_dboid()) {
+        slot.worker_requested_at.store(0, SeqCst);
+        raise(
+            PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+            "could not start the leaf_id background worker for this database",
+            Some("Each database that uses leaf_id needs one background worker: raise max_worker_processes."),
+        );
+    }
+}
+
+/// A deadline for waiting on the worker, from leaf_id.refill_timeout.
+pub struct Deadline(Instant);
+
+impl Deadline {
+    pub fn from_setting() -> Deadline {
+        Deadline(Instant::now() + Duration::from_millis(crate::settings::REFILL_TIMEOUT.get() as u64))
+    }
+    pub fn passed(&self) -> bool {
+        Instant::now() >= self.0
+    }
+    fn remaining_ms(&self) -> i64 {
+        self.0.saturating_duration_since(Instant::now()).as_millis() as i64
+    }
+}
+
+/// Sleep on the database's condition variable until woken or a short time
+/// passes. Call `prepare_wait` before checking the condition to avoid a
+/// lost wakeup. Interruptible (query cancel works).
+pub fn prepare_wait(sh: &Shared, db: usize) {
+    unsafe { pg_sys::ConditionVariablePrepareToSleep(sh.db(db).cv.get()) };
+}
+
+pub fn wait(sh: &Shared, db: usize, deadline: &Deadline) {
+    let ms = deadline.remaining_ms().clamp(1, 100);
+    unsafe {
+        pg_sys::ConditionVariableTimedSleep(sh.db(db).cv.get(), ms, pg_sys::PG_WAIT_EXTENSION);
+    }
+}
+
+pub fn end_wait() {
+    unsafe { pg_sys::ConditionVariableCancelSleep() };
+}
+
+pub fn shared_db() -> (&'static Shared, usize) {
+    let sh = crate::errors::shared_or_raise();
+    let db = my_db_slot(sh);
+    (sh, db)
+}
+
+#[allow(dead_code)]
+pub fn is_loaded() -> bool {
+    shared().is_some()
+}

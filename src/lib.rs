@@ -1,0 +1,53 @@
+//! leaf_id: Meituan Leaf's distributed IDs inside PostgreSQL.
+//!
+//! Pure algorithms: `segment` (double buffer, dynamic step) and `snowflake`
+//! (layout, generator and clock rules, worker-id claim). Postgres glue:
+//! `settings` (GUCs), `shmem` (shared memory), `worker` and
+//! `snowflake_worker` (the background worker), `backend` (waiting on it),
+//! `segment_api` and `snowflake_api` (the SQL functions), `errors`.
+
+use pgrx::prelude::*;
+
+pub mod backend;
+pub mod errors;
+pub mod segment;
+pub mod segment_api;
+pub mod settings;
+pub mod shmem;
+pub mod snowflake;
+pub mod snowflake_api;
+pub mod snowflake_worker;
+pub mod worker;
+
+::pgrx::pg_module_magic!(name, version);
+
+extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
+extension_sql_file!("../sql/finish.sql", name = "finish", finalize);
+
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    settings::register();
+    if unsafe { !pg_sys::process_shared_preload_libraries_in_progress } {
+        // functions raise a clear error; nothing else to do without shared memory
+        return;
+    }
+    if let Err(why) = snowflake_api::check_epoch() {
+        errors::raise(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, why, None);
+    }
+    shmem::install_hooks();
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests;
+
+/// Required by `cargo pgrx test`.
+#[cfg(test)]
+pub mod pg_test {
+    pub fn setup(_options: Vec<&str>) {}
+
+    #[must_use]
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec!["shared_preload_libraries = 'leaf_id'"]
+    }
+}

@@ -1,0 +1,369 @@
+//! The double buffer of one tag: two segments of reserved IDs, lock-free on the
+//! hot path.
+//!
+//! Pure Rust over std atomics, `#[repr(C)]` so it can live in shared memory.
+//! Taking an ID is one `fetch_add` on the current segment's state word; the
+//! rest of the hot path is plain loads. Everything that changes which range a
+//! segment holds (publish, switch, retire) runs with the owner's lock held
+//! (an LWLock in Postgres, a mutex in the unit tests): only readers are
+//! lock-free.
+//!
+//! Why a generation in the state word: a reader may load `current`, be
+//! preempted, and `fetch_add` on a segment that has meanwhile been exhausted,
+//! switched away from and refilled with a new range. The generation in the
+//! word it gets back tells it which range its offset belongs to, and a
+//! seqlock-style check on the range metadata makes sure it adds that offset to
+//! that range's start and no other. An offset is handed to exactly one
+//! `fetch_add`, so every ID of a range goes to at most one caller.
+
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering::SeqCst};
+
+const OFFSET_BITS: u32 = 40;
+const OFFSET_MASK: u64 = (1 << OFFSET_BITS) - 1;
+const GEN_MASK: u64 = (1 << (64 - OFFSET_BITS)) - 1;
+/// Set in `meta_gen` while `start`/`len` are being rewritten.
+const WRITING: u64 = 1 << 63;
+/// Longest range one segment can hold (the offset must not overflow into the
+/// generation bits even when many stale readers over-increment it).
+pub const MAX_SEGMENT_LEN: i64 = 1 << 36;
+
+fn pack(generation: u64, offset: u64) -> u64 {
+    ((generation & GEN_MASK) << OFFSET_BITS) | (offset & OFFSET_MASK)
+}
+fn unpack(word: u64) -> (u64, u64) {
+    (word >> OFFSET_BITS, word & OFFSET_MASK)
+}
+
+/// One reserved range `[start, start + len)` and how much of it is taken.
+#[repr(C)]
+#[derive(Default)]
+pub struct Segment {
+    /// generation << 40 | number of `fetch_add`s since the range was published
+    state: AtomicU64,
+    /// generation whose range `start`/`len` describe (| WRITING while changing)
+    meta_gen: AtomicU64,
+    start: AtomicI64,
+    len: AtomicI64,
+}
+
+/// What one attempt to take an ID from a segment gave.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum Take {
+    /// An ID, and whether this caller crossed the prefetch threshold (10% used).
+    Id { id: i64, crossed_threshold: bool },
+    /// Nothing left in this segment (or it was never filled).
+    Exhausted,
+    /// The segment changed under the caller; try again.
+    Stale,
+}
+
+/// A consistent view of a segment, for status reports.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentView {
+    pub start: i64,
+    /// next ID this segment would hand out (== end when exhausted)
+    pub next: i64,
+    pub end: i64,
+}
+
+impl SegmentView {
+    pub fn remaining(&self) -> i64 {
+        self.end - self.next
+    }
+}
+
+impl Segment {
+    /// Lock-free: take one ID.
+    pub fn take(&self) -> Take {
+        let (generation, offset) = unpack(self.state.fetch_add(1, SeqCst));
+        let m1 = self.meta_gen.load(SeqCst);
+        let start = self.start.load(SeqCst);
+        let len = self.len.load(SeqCst);
+        let m2 = self.meta_gen.load(SeqCst);
+        if m1 != m2 || m1 != generation {
+            // the range was replaced (or is being replaced) since our
+            // fetch_add: our offset belongs to no range we can name
+            return Take::Stale;
+        }
+        let offset = offset as i64;
+        if offset < len {
+            // one caller gets exactly this offset
+            Take::Id { id: start + offset, crossed_threshold: offset == len / 10 }
+        } else {
+            Take::Exhausted
+        }
+    }
+
+    /// Consistent snapshot; `None` while a writer is active (never, under the lock).
+    pub fn view(&self) -> SegmentView {
+        let (generation, offset) = unpack(self.state.load(SeqCst));
+        let m = self.meta_gen.load(SeqCst);
+        let start = self.start.load(SeqCst);
+        let len = self.len.load(SeqCst);
+        let taken = if m == generation { (offset as i64).min(len) } else { len };
+        SegmentView { start, next: start + taken, end: start + len }
+    }
+
+    /// IDs not yet taken (0 when exhausted or empty).
+    pub fn remaining(&self) -> i64 {
+        self.view().remaining()
+    }
+
+    /// Owner's lock held, and the segment exhausted: give it a new range.
+    fn publish(&self, start: i64, len: i64) {
+        assert!((0..=MAX_SEGMENT_LEN).contains(&len), "segment length out of range");
+        let (generation, _) = unpack(self.state.load(SeqCst));
+        let next_gen = (generation + 1) & GEN_MASK;
+        // readers that fetch_add from here on still see the old generation in
+        // the word and a WRITING or new meta: they retry or see Exhausted
+        self.meta_gen.store(generation | WRITING, SeqCst);
+        self.start.store(start, SeqCst);
+        self.len.store(len, SeqCst);
+        self.meta_gen.store(next_gen, SeqCst);
+        // the new range becomes takeable only now, complete
+        self.state.store(pack(next_gen, 0), SeqCst);
+    }
+}
+
+/// Two segments and which one is current. Readers only call [`take`];
+/// everything else requires the owner's lock.
+#[repr(C)]
+#[derive(Default)]
+pub struct SegmentPair {
+    current: AtomicU32,
+    segments: [Segment; 2],
+}
+
+/// What the owner should do after a failed take, decided under its lock.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum SlowPath {
+    /// The current segment has IDs again (someone else switched): retry.
+    Retry,
+    /// Switched to the next segment, which was ready: retry. The old one
+    /// needs a refill now.
+    Switched,
+    /// Both segments are empty: wait for a refill.
+    Wait,
+}
+
+impl SegmentPair {
+    /// Lock-free hot path.
+    pub fn take(&self) -> Take {
+        let current = self.current.load(SeqCst) as usize & 1;
+        self.segments[current].take()
+    }
+
+    pub fn current_index(&self) -> usize {
+        self.current.load(SeqCst) as usize & 1
+    }
+
+    pub fn view(&self, index: usize) -> SegmentView {
+        self.segments[index & 1].view()
+    }
+
+    /// Is the non-current segment loaded with unused IDs?
+    pub fn next_ready(&self) -> bool {
+        self.segments[1 - self.current_index()].remaining() > 0
+    }
+
+    /// Owner's lock held: after a take came back Exhausted or Stale.
+    pub fn on_exhausted(&self) -> SlowPath {
+        let current = self.current_index();
+        if self.segments[current].remaining() > 0 {
+            return SlowPath::Retry;
+        }
+        if self.segments[1 - current].remaining() > 0 {
+            self.current.store((1 - current) as u32, SeqCst);
+            return SlowPath::Switched;
+        }
+        SlowPath::Wait
+    }
+
+    /// Owner's lock held: which segment a refill should fill, if any. Only an
+    /// exhausted, non-current segment is ever refilled, so a published range
+    /// is never overwritten while it still has IDs. When both are empty the
+    /// current one is filled, so that waiters can go on at once.
+    pub fn refill_target(&self) -> Option<usize> {
+        let current = self.current_index();
+        if self.segments[1 - current].remaining() > 0 {
+            return None;
+        }
+        if self.segments[current].remaining() == 0 {
+            return Some(current);
+        }
+        Some(1 - current)
+    }
+
+    /// Does the tag want a prefetch: current at least 10% used, next not ready?
+    pub fn wants_prefetch(&self) -> bool {
+        let v = self.view(self.current_index());
+        let len = v.end - v.start;
+        !self.next_ready() && (v.remaining() == 0 || v.next - v.start >= len / 10)
+    }
+
+    /// Owner's lock held: put a committed range into the target segment.
+    /// Returns false (and changes nothing) if the target is no longer empty.
+    pub fn publish(&self, index: usize, start: i64, len: i64) -> bool {
+        let seg = &self.segments[index & 1];
+        if seg.remaining() > 0 {
+            return false;
+        }
+        seg.publish(start, len);
+        true
+    }
+
+    /// Owner's lock held: drop both ranges (tag deleted or slot reused).
+    /// Unused IDs become a gap; they are never handed out.
+    pub fn retire(&self) {
+        for seg in &self.segments {
+            let start = seg.start.load(SeqCst);
+            seg.publish(start, 0);
+        }
+        self.current.store(0, SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+    use std::sync::{Arc, Mutex};
+
+    #[test]
+    fn empty_pair_is_exhausted_and_targets_current() {
+        let p = SegmentPair::default();
+        assert_eq!(p.take(), Take::Exhausted);
+        assert_eq!(p.on_exhausted(), SlowPath::Wait);
+        assert_eq!(p.refill_target(), Some(0));
+    }
+
+    #[test]
+    fn takes_in_order_and_flags_threshold_once() {
+        let p = SegmentPair::default();
+        assert!(p.publish(0, 100, 20));
+        let mut crossed = 0;
+        for want in 100..120 {
+            match p.take() {
+                Take::Id { id, crossed_threshold } => {
+                    assert_eq!(id, want);
+                    crossed += crossed_threshold as i32;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(crossed, 1);
+        assert_eq!(p.take(), Take::Exhausted);
+        assert_eq!(p.view(0), SegmentView { start: 100, next: 120, end: 120 });
+    }
+
+    #[test]
+    fn switch_to_ready_next_and_refill_only_exhausted() {
+        let p = SegmentPair::default();
+        assert!(p.publish(0, 1, 2));
+        assert_eq!(p.refill_target(), Some(1));
+        assert!(p.publish(1, 3, 2));
+        assert_eq!(p.refill_target(), None, "both loaded: nothing to fill");
+        assert!(!p.publish(0, 100, 5), "a loaded segment is never overwritten");
+        let ids: Vec<_> = (0..2).map(|_| p.take()).collect();
+        assert!(matches!(ids[1], Take::Id { id: 2, .. }));
+        assert_eq!(p.take(), Take::Exhausted);
+        assert_eq!(p.on_exhausted(), SlowPath::Switched);
+        assert!(matches!(p.take(), Take::Id { id: 3, .. }));
+        assert_eq!(p.refill_target(), Some(0));
+    }
+
+    #[test]
+    fn prefetch_wanted_after_ten_percent() {
+        let p = SegmentPair::default();
+        p.publish(0, 0, 100);
+        for _ in 0..9 {
+            p.take();
+        }
+        assert!(!p.wants_prefetch());
+        p.take();
+        assert!(p.wants_prefetch());
+        p.publish(1, 100, 100);
+        assert!(!p.wants_prefetch());
+    }
+
+    #[test]
+    fn retire_stops_everything() {
+        let p = SegmentPair::default();
+        p.publish(0, 0, 100);
+        p.publish(1, 100, 100);
+        p.retire();
+        assert_eq!(p.take(), Take::Exhausted);
+        assert_eq!(p.on_exhausted(), SlowPath::Wait);
+    }
+
+    #[test]
+    fn stale_word_from_old_generation_is_never_an_id() {
+        let s = Segment::default();
+        s.publish(10, 1);
+        assert!(matches!(s.take(), Take::Id { id: 10, .. }));
+        // a reader over-increments the exhausted segment, then a refill
+        assert_eq!(s.take(), Take::Exhausted);
+        s.publish(500, 3);
+        // a word taken before the refill but checked after is never an ID
+        let (generation, _) = unpack(s.state.load(SeqCst));
+        assert_eq!(generation, 2);
+        let got: Vec<_> = (0..4).map(|_| s.take()).collect();
+        assert_eq!(
+            got,
+            vec![
+                Take::Id { id: 500, crossed_threshold: true },
+                Take::Id { id: 501, crossed_threshold: false },
+                Take::Id { id: 502, crossed_threshold: false },
+                Take::Exhausted
+            ]
+        );
+    }
+
+    /// Many threads take while one refiller switches and refills under a
+    /// lock, as the Postgres glue does: every ID is handed out once, and
+    /// only IDs of published ranges are handed out.
+    #[test]
+    fn concurrent_takes_with_refills_never_duplicate() {
+        let pair = Arc::new(SegmentPair::default());
+        let lock = Arc::new(Mutex::new(0i64)); // next range start
+        const STEP: i64 = 7;
+        const PER_THREAD: usize = 20_000;
+        let refill = |pair: &SegmentPair, next: &mut i64| {
+            while let Some(t) = pair.refill_target() {
+                assert!(pair.publish(t, *next, STEP));
+                *next += STEP;
+            }
+        };
+        refill(&pair, &mut lock.lock().unwrap());
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let pair = pair.clone();
+                let lock = lock.clone();
+                std::thread::spawn(move || {
+                    let mut got = Vec::with_capacity(PER_THREAD);
+                    while got.len() < PER_THREAD {
+                        match pair.take() {
+                            Take::Id { id, .. } => got.push(id),
+                            _ => {
+                                let mut next = lock.lock().unwrap();
+                                pair.on_exhausted();
+                                refill(&pair, &mut next);
+                            }
+                        }
+                    }
+                    got
+                })
+            })
+            .collect();
+        let mut all = HashSet::new();
+        let mut max_start = 0;
+        for t in threads {
+            for id in t.join().unwrap() {
+                assert!(all.insert(id), "duplicate id {id}");
+                max_start = max_start.max(id);
+            }
+        }
+        assert!(max_start < *lock.lock().unwrap(), "id outside every published range");
+        assert_eq!(all.len(), 4 * PER_THREAD);
+    }
+}

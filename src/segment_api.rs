@@ -1,0 +1,224 @@
+//! SQL surface of segment mode: `leaf_segment_next(tag)` and
+//! `leaf_segment_status()`.
+
+use crate::backend::{self, Deadline};
+use crate::errors::{raise, raise_recorded, require_writable};
+use crate::segment::buffer::{SlowPath, Take};
+use crate::shmem::{Shared, TAG_MAX_CHARS, TagStatus};
+use pgrx::prelude::*;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::SeqCst;
+
+thread_local! {
+    /// tag -> (slot, epoch): valid while the slot's epoch is unchanged.
+    static SLOT_CACHE: RefCell<HashMap<String, (usize, u64)>> = RefCell::new(HashMap::new());
+}
+
+fn validate_tag(tag: Option<&str>) -> &str {
+    let Some(tag) = tag else {
+        raise(PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED, "leaf_id tag must not be NULL", None)
+    };
+    if tag.is_empty() {
+        raise(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, "leaf_id tag must not be empty", None);
+    }
+    let chars = tag.chars().count();
+    if chars > TAG_MAX_CHARS {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("leaf_id tag is {chars} characters long; the limit is {TAG_MAX_CHARS}"),
+            None,
+        );
+    }
+    tag
+}
+
+fn cached_slot(sh: &Shared, dboid: u32, tag: &str) -> (usize, u64) {
+    if let Some(hit) = SLOT_CACHE.with(|c| c.borrow().get(tag).copied()) {
+        return hit;
+    }
+    match sh.find_or_allocate_tag(dboid, tag) {
+        Ok(found) => {
+            SLOT_CACHE.with(|c| {
+                let mut c = c.borrow_mut();
+                if c.len() > 4 * sh.n_tags() {
+                    c.clear();
+                }
+                c.insert(tag.to_string(), found)
+            });
+            found
+        }
+        Err(_) => raise(
+            PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+            format!("all {} leaf_id tag slots are in use", sh.n_tags()),
+            Some("Raise leaf_id.max_tags and restart the server, or delete unused tags from leaf_alloc."),
+        ),
+    }
+}
+
+fn forget(tag: &str) {
+    SLOT_CACHE.with(|c| c.borrow_mut().remove(tag));
+}
+
+/// Ask the worker for a refill of this slot (a flag and a latch: cheap).
+fn request_refill(sh: &Shared, db: usize, slot: usize) {
+    sh.tag(slot).refill_requested.store(true, SeqCst);
+    sh.wake_worker(db);
+}
+
+pub fn next_id(tag: &str) -> i64 {
+    let (sh, db) = backend::shared_db();
+    let dboid = backend::my_dboid();
+    let mut deadline: Option<Deadline> = None;
+    let mut seen_error: Option<u64> = None;
+    let mut counted_wait = false;
+    loop {
+        let (i, epoch) = cached_slot(sh, dboid, tag);
+        let slot = sh.tag(i);
+        // hot path: one fetch_add
+        for _ in 0..4 {
+            match slot.pair.take() {
+                Take::Id { id, crossed_threshold } => {
+                    if slot.epoch.load(SeqCst) != epoch {
+                        break; // the slot went to another tag meanwhile: not ours
+                    }
+                    if crossed_threshold {
+                        request_refill(sh, db, i);
+                    }
+                    if deadline.is_some() {
+                        backend::end_wait();
+                    }
+                    return id;
+                }
+                Take::Stale => continue,
+                Take::Exhausted => break,
+            }
+        }
+        // slow path
+        let deadline = deadline.get_or_insert_with(Deadline::from_setting);
+        backend::prepare_wait(sh, db);
+        let guard = sh.lock_tag(i);
+        if slot.epoch.load(SeqCst) != epoch {
+            drop(guard);
+            forget(tag);
+            continue;
+        }
+        let error_seq = slot.error.seq.load(SeqCst);
+        let seen = *seen_error.get_or_insert(error_seq);
+        if slot.status() == TagStatus::Missing || error_seq != seen {
+            let (code, message) = slot.error.get();
+            let missing = slot.status() == TagStatus::Missing;
+            drop(guard);
+            backend::end_wait();
+            if missing {
+                sh.free_tag(i, epoch);
+                forget(tag);
+            }
+            raise_recorded(code, message);
+        }
+        match slot.pair.on_exhausted() {
+            SlowPath::Retry => continue,
+            SlowPath::Switched => {
+                drop(guard);
+                request_refill(sh, db, i);
+                continue;
+            }
+            SlowPath::Wait => {
+                drop(guard);
+                if !counted_wait {
+                    counted_wait = true;
+                    slot.waits.fetch_add(1, SeqCst);
+                }
+                slot.refill_requested.store(true, SeqCst);
+                backend::ensure_worker(sh, db);
+                if deadline.passed() {
+                    backend::end_wait();
+                    raise(
+                        PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+                        format!("timed out waiting for a refill of leaf_id tag \"{tag}\""),
+                        Some("The leaf_id background worker did not reserve a new segment within leaf_id.refill_timeout; see the server log."),
+                    );
+                }
+                backend::wait(sh, db, deadline);
+            }
+        }
+    }
+}
+
+#[pg_extern(volatile, parallel_unsafe)]
+fn leaf_segment_next(tag: Option<&str>) -> i64 {
+    let tag = validate_tag(tag);
+    require_writable("leaf_segment_next()");
+    next_id(tag)
+}
+
+fn tstz_from_unix_us(us: i64) -> Option<TimestampWithTimeZone> {
+    if us == 0 {
+        return None;
+    }
+    const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
+    TimestampWithTimeZone::try_from(us - PG_EPOCH_OFFSET_US).ok()
+}
+
+pub(crate) fn tstz_from_unix_ms(ms: i64) -> Option<TimestampWithTimeZone> {
+    tstz_from_unix_us(ms.checked_mul(1000)?)
+}
+
+#[allow(clippy::type_complexity)]
+#[pg_extern(volatile, parallel_safe)]
+fn leaf_segment_status() -> TableIterator<
+    'static,
+    (
+        name!(tag, String),
+        name!(status, String),
+        name!(current_buffer, i32),
+        name!(buffer0_start, i64),
+        name!(buffer0_next, i64),
+        name!(buffer0_end, i64),
+        name!(buffer1_start, i64),
+        name!(buffer1_next, i64),
+        name!(buffer1_end, i64),
+        name!(next_ready, bool),
+        name!(refill_in_flight, bool),
+        name!(dynamic_step, i64),
+        name!(table_step, i64),
+        name!(refills, i64),
+        name!(waits, i64),
+        name!(last_refill, Option<TimestampWithTimeZone>),
+    ),
+> {
+    let sh = crate::errors::shared_or_raise();
+    let dboid = backend::my_dboid();
+    let mut rows = Vec::new();
+    for i in 0..sh.n_tags() {
+        let slot = sh.tag(i);
+        if slot.dboid.load(SeqCst) != dboid || slot.status() == TagStatus::Free {
+            continue;
+        }
+        let _g = sh.lock_tag(i);
+        if slot.dboid.load(SeqCst) != dboid {
+            continue;
+        }
+        let (b0, b1) = (slot.pair.view(0), slot.pair.view(1));
+        rows.push((
+            slot.tag(),
+            slot.status().name().to_string(),
+            slot.pair.current_index() as i32,
+            b0.start,
+            b0.next,
+            b0.end,
+            b1.start,
+            b1.next,
+            b1.end,
+            slot.pair.next_ready(),
+            slot.refill_in_flight.load(SeqCst),
+            slot.dynamic_step.load(SeqCst),
+            slot.table_step.load(SeqCst),
+            slot.refills.load(SeqCst) as i64,
+            slot.waits.load(SeqCst) as i64,
+            tstz_from_unix_us(slot.last_refill_us.load(SeqCst)),
+        ));
+    }
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    TableIterator::new(rows)
+}

@@ -1,0 +1,171 @@
+//! Every `leaf_id.*` setting, with the descriptions `pg_settings` shows.
+
+use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
+use std::ffi::CString;
+
+pub static MAX_TAGS: GucSetting<i32> = GucSetting::<i32>::new(1024);
+pub static MAX_DATABASES: GucSetting<i32> = GucSetting::<i32>::new(16);
+pub static SEGMENT_DURATION: GucSetting<i32> = GucSetting::<i32>::new(900);
+pub static MAX_STEP: GucSetting<i32> = GucSetting::<i32>::new(1_000_000);
+pub static REFILL_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(10_000);
+pub static TAG_RESYNC_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(60);
+
+pub static WORKER_ID: GucSetting<i32> = GucSetting::<i32>::new(-1);
+pub static NODE_NAME: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+pub static EPOCH_MS: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"1288834974657"));
+pub static MAX_BACKWARD_MS: GucSetting<i32> = GucSetting::<i32>::new(5);
+pub static RANDOM_SEQUENCE_START: GucSetting<bool> = GucSetting::<bool>::new(true);
+pub static HEARTBEAT_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(1000);
+pub static LEASE_AHEAD: GucSetting<i32> = GucSetting::<i32>::new(3000);
+pub static TEST_CLOCK_OFFSET_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
+
+pub fn register() {
+    GucRegistry::define_int_guc(
+        c"leaf_id.max_tags",
+        c"Number of segment-mode tags that shared memory can cache, over all databases.",
+        c"Each cached tag takes one slot; deleted tags free theirs. Requires a restart.",
+        &MAX_TAGS,
+        1,
+        1_000_000,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"leaf_id.max_databases",
+        c"Number of databases that can use leaf_id at once (one background worker each).",
+        c"Each such database also needs one of max_worker_processes. Requires a restart.",
+        &MAX_DATABASES,
+        1,
+        10_000,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"leaf_id.segment_duration",
+        c"Target lifetime of one segment, for the dynamic step.",
+        c"A segment used up faster doubles the next step (up to leaf_id.max_step); one that lasts twice as long halves it (not below the table's step).",
+        &SEGMENT_DURATION,
+        1,
+        i32::MAX / 2,
+        GucContext::Sighup,
+        GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
+        c"leaf_id.max_step",
+        c"Largest step the dynamic step may grow to.",
+        c"A table step above it is still used as given.",
+        &MAX_STEP,
+        1,
+        i32::MAX,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"leaf_id.refill_timeout",
+        c"How long a call waits for the background worker (a refill, a worker id claim, a lease renewal) before it fails.",
+        c"Calls wait only when both segments of a tag are empty, or before the first ID.",
+        &REFILL_TIMEOUT,
+        1,
+        3_600_000,
+        GucContext::Userset,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"leaf_id.tag_resync_interval",
+        c"How often the background worker checks that cached tags still exist in leaf_alloc.",
+        c"A deleted tag stops issuing IDs at its next refill or resync, whichever comes first.",
+        &TAG_RESYNC_INTERVAL,
+        1,
+        86_400,
+        GucContext::Sighup,
+        GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
+        c"leaf_id.worker_id",
+        c"Snowflake worker id (0..1023), or -1 to claim one from the leaf_worker table.",
+        c"Read when the database's leaf_id background worker starts. A configured id that leaf_worker gives to another node is refused.",
+        &WORKER_ID,
+        -1,
+        1023,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
+        c"leaf_id.node_name",
+        c"Name of this node in leaf_worker; empty means the system identifier and port.",
+        c"The same node name gets the same worker id back after a restart.",
+        &NODE_NAME,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
+        c"leaf_id.epoch_ms",
+        c"Snowflake epoch in Unix milliseconds (Leaf's default 1288834974657, 2010-11-04).",
+        c"Must not be in the future, and its 41 bits of milliseconds must not have run out. Requires a restart.",
+        &EPOCH_MS,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"leaf_id.max_backward_ms",
+        c"Clock rollback the snowflake generator waits out (twice the offset) instead of failing.",
+        c"A clock further behind the last issued millisecond makes leaf_snowflake_next() fail.",
+        &MAX_BACKWARD_MS,
+        0,
+        1000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_bool_guc(
+        c"leaf_id.random_sequence_start",
+        c"Start each millisecond's snowflake sequence at a random 0..99, as Leaf does.",
+        c"Keeps id % n sharding even at low rates; off starts every millisecond at 0.",
+        &RANDOM_SEQUENCE_START,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"leaf_id.heartbeat_interval",
+        c"How often the background worker renews the snowflake high-water mark in leaf_worker.",
+        c"Each renewal persists a mark leaf_id.lease_ahead in the future.",
+        &HEARTBEAT_INTERVAL,
+        10,
+        60_000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"leaf_id.lease_ahead",
+        c"How far ahead of the clock the persisted snowflake high-water mark is set.",
+        c"No ID beyond the persisted mark is issued; after a crash, IDs are refused until the clock passes it. Must exceed leaf_id.heartbeat_interval.",
+        &LEASE_AHEAD,
+        20,
+        600_000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"leaf_id.test_clock_offset_ms",
+        c"FOR TESTS ONLY: shifts the snowflake generator's clock by this many milliseconds.",
+        c"Negative values move time backwards. Superuser only.",
+        &TEST_CLOCK_OFFSET_MS,
+        -86_400_000,
+        86_400_000,
+        GucContext::Suset,
+        GucFlags::UNIT_MS,
+    );
+}
+
+/// The epoch setting, parsed. `Err` carries why it is invalid.
+pub fn epoch_ms() -> Result<i64, String> {
+    let raw = EPOCH_MS.get().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
+    raw.trim().parse::<i64>().map_err(|_| format!("leaf_id.epoch_ms = \"{raw}\" is not a number of milliseconds"))
+}
+
+/// Node name: the setting, or `<system identifier>:<port>`.
+pub fn node_name() -> String {
+    match NODE_NAME.get() {
+        Some(s) if !s.to_bytes().is_empty() => s.to_string_lossy().into_owned(),
+        _ => unsafe { format!("{}:{}", pgrx::pg_sys::GetSystemIdentifier(), *(&raw const pgrx::pg_sys::PostPortNumber)) },
+    }
+}

@@ -1,0 +1,419 @@
+//! Shared memory: one region with the per-database slots and the per-tag
+//! slots, plus the LWLocks that guard their slow paths.
+//!
+//! The size depends on settings (`leaf_id.max_tags`, `leaf_id.max_databases`),
+//! so the region is requested and laid out by hand rather than with a
+//! fixed-size static. Everything in it is `#[repr(C)]`, and zeroed memory is
+//! a valid empty state.
+
+use crate::segment::buffer::SegmentPair;
+use crate::settings;
+use crate::snowflake::generator::Generator;
+use pgrx::pg_sys;
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering::SeqCst};
+
+/// 128 characters of UTF-8.
+pub const TAG_MAX_BYTES: usize = 512;
+pub const TAG_MAX_CHARS: usize = 128;
+const MESSAGE_BYTES: usize = 256;
+const TRANCHE: &std::ffi::CStr = c"leaf_id";
+
+/// The last error a background-worker job hit, for the callers waiting on it.
+/// Written and read with the owner's lock held; `seq` counts errors.
+#[repr(C)]
+pub struct ErrorCell {
+    pub seq: AtomicU64,
+    sqlstate: AtomicI32,
+    len: AtomicU32,
+    message: UnsafeCell<[u8; MESSAGE_BYTES]>,
+}
+
+impl ErrorCell {
+    /// Owner's lock held.
+    pub fn set(&self, sqlstate: i32, message: &str) {
+        let bytes = truncate_utf8(message, MESSAGE_BYTES);
+        unsafe { (&mut *self.message.get())[..bytes.len()].copy_from_slice(bytes) };
+        self.len.store(bytes.len() as u32, SeqCst);
+        self.sqlstate.store(sqlstate, SeqCst);
+        self.seq.fetch_add(1, SeqCst);
+    }
+    /// Owner's lock held.
+    pub fn get(&self) -> (i32, String) {
+        let len = (self.len.load(SeqCst) as usize).min(MESSAGE_BYTES);
+        let msg = unsafe { String::from_utf8_lossy(&(&*self.message.get())[..len]).into_owned() };
+        (self.sqlstate.load(SeqCst), msg)
+    }
+}
+
+fn truncate_utf8(s: &str, max: usize) -> &[u8] {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s.as_bytes()[..end]
+}
+
+/// Snowflake state of a database slot.
+#[repr(u32)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum SnowflakeState {
+    NotRequested = 0,
+    Requested = 1,
+    Ready = 2,
+    Failed = 3,
+}
+
+/// One database that uses leaf_id: its worker and its snowflake generator.
+#[repr(C)]
+pub struct DbSlot {
+    /// 0 = free
+    pub dboid: AtomicU32,
+    pub worker_pid: AtomicI32,
+    pub worker_latch: AtomicPtr<pg_sys::Latch>,
+    /// Unix ms when a backend registered a worker that has not attached yet.
+    pub worker_requested_at: AtomicI64,
+    /// Woken on every refill, claim and renewal.
+    pub cv: UnsafeCell<pg_sys::ConditionVariable>,
+    pub snowflake_state: AtomicU32,
+    pub snowflake_lease_wanted: AtomicBool,
+    pub worker_id: AtomicI32,
+    /// 0 = from leaf_id.worker_id, 1 = claimed from leaf_worker
+    pub worker_id_from_registry: AtomicBool,
+    pub generator: Generator,
+    /// Guarded by the database's lock.
+    pub error: ErrorCell,
+    pub node_name_len: AtomicU32,
+    pub node_name: UnsafeCell<[u8; 256]>,
+}
+
+/// Status of a tag slot.
+#[repr(u32)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum TagStatus {
+    Free = 0,
+    /// Allocated, first refill not done yet.
+    Loading = 1,
+    Active = 2,
+    /// The tag is not (or no longer) in leaf_alloc.
+    Missing = 3,
+}
+
+impl TagStatus {
+    pub fn from_u32(v: u32) -> TagStatus {
+        match v {
+            1 => TagStatus::Loading,
+            2 => TagStatus::Active,
+            3 => TagStatus::Missing,
+            _ => TagStatus::Free,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            TagStatus::Free => "free",
+            TagStatus::Loading => "loading",
+            TagStatus::Active => "active",
+            TagStatus::Missing => "missing",
+        }
+    }
+}
+
+/// One cached tag of one database.
+#[repr(C)]
+pub struct TagSlot {
+    /// 0 = free. Changed under the global lock only.
+    pub dboid: AtomicU32,
+    /// Bumped whenever the slot is freed or given to another tag: a backend's
+    /// cached (slot, epoch) is valid while the epoch is unchanged.
+    pub epoch: AtomicU64,
+    pub status: AtomicU32,
+    pub tag_len: AtomicU32,
+    tag: UnsafeCell<[u8; TAG_MAX_BYTES]>,
+    pub pair: SegmentPair,
+    pub refill_requested: AtomicBool,
+    pub refill_in_flight: AtomicBool,
+    pub dynamic_step: AtomicI64,
+    pub table_step: AtomicI64,
+    pub refills: AtomicU64,
+    pub waits: AtomicU64,
+    /// Unix microseconds of the last refill, 0 = none.
+    pub last_refill_us: AtomicI64,
+    /// Guarded by the slot's lock.
+    pub error: ErrorCell,
+}
+
+impl DbSlot {
+    pub fn set_node_name(&self, name: &str) {
+        let bytes = truncate_utf8(name, 256);
+        unsafe { (&mut *self.node_name.get())[..bytes.len()].copy_from_slice(bytes) };
+        self.node_name_len.store(bytes.len() as u32, SeqCst);
+    }
+    pub fn node_name(&self) -> String {
+        let len = (self.node_name_len.load(SeqCst) as usize).min(256);
+        unsafe { String::from_utf8_lossy(&(&*self.node_name.get())[..len]).into_owned() }
+    }
+}
+
+impl TagSlot {
+    /// Global lock held (or the slot owned by the caller's database).
+    pub fn tag(&self) -> String {
+        let len = (self.tag_len.load(SeqCst) as usize).min(TAG_MAX_BYTES);
+        unsafe { String::from_utf8_lossy(&(&*self.tag.get())[..len]).into_owned() }
+    }
+    fn tag_is(&self, tag: &str) -> bool {
+        let len = self.tag_len.load(SeqCst) as usize;
+        len == tag.len() && unsafe { &(&*self.tag.get())[..len] } == tag.as_bytes()
+    }
+    pub fn status(&self) -> TagStatus {
+        TagStatus::from_u32(self.status.load(SeqCst))
+    }
+}
+
+#[repr(C)]
+struct Header {
+    n_dbs: u32,
+    n_tags: u32,
+}
+
+pub struct Shared {
+    dbs: *mut DbSlot,
+    tags: *mut TagSlot,
+    n_dbs: usize,
+    n_tags: usize,
+    locks: *mut pg_sys::LWLockPadded,
+}
+
+unsafe impl Sync for Shared {}
+unsafe impl Send for Shared {}
+
+static mut SHARED: Option<Shared> = None;
+static mut PREV_SHMEM_REQUEST_HOOK: Option<unsafe extern "C-unwind" fn()> = None;
+static mut PREV_SHMEM_STARTUP_HOOK: Option<unsafe extern "C-unwind" fn()> = None;
+
+fn counts() -> (usize, usize) {
+    (settings::MAX_DATABASES.get() as usize, settings::MAX_TAGS.get() as usize)
+}
+
+fn layout(n_dbs: usize, n_tags: usize) -> (usize, usize, usize) {
+    let align = |x: usize| x.next_multiple_of(64);
+    let dbs_at = align(size_of::<Header>());
+    let tags_at = align(dbs_at + n_dbs * size_of::<DbSlot>());
+    let total = align(tags_at + n_tags * size_of::<TagSlot>());
+    (dbs_at, tags_at, total)
+}
+
+fn n_locks(n_dbs: usize, n_tags: usize) -> i32 {
+    (1 + n_dbs + n_tags) as i32
+}
+
+/// From `_PG_init`, only while shared_preload_libraries is processed.
+pub fn install_hooks() {
+    unsafe {
+        #[cfg(any(feature = "pg13", feature = "pg14"))]
+        request();
+        #[cfg(not(any(feature = "pg13", feature = "pg14")))]
+        {
+            PREV_SHMEM_REQUEST_HOOK = pg_sys::shmem_request_hook;
+            pg_sys::shmem_request_hook = Some(on_shmem_request);
+        }
+        PREV_SHMEM_STARTUP_HOOK = pg_sys::shmem_startup_hook;
+        pg_sys::shmem_startup_hook = Some(on_shmem_startup);
+    }
+}
+
+unsafe fn request() {
+    let (n_dbs, n_tags) = counts();
+    unsafe {
+        pg_sys::RequestAddinShmemSpace(layout(n_dbs, n_tags).2);
+        pg_sys::RequestNamedLWLockTranche(TRANCHE.as_ptr(), n_locks(n_dbs, n_tags));
+    }
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn on_shmem_request() {
+    unsafe {
+        if let Some(prev) = PREV_SHMEM_REQUEST_HOOK {
+            prev();
+        }
+        request();
+    }
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn on_shmem_startup() {
+    unsafe {
+        if let Some(prev) = PREV_SHMEM_STARTUP_HOOK {
+            prev();
+        }
+        let (n_dbs, n_tags) = counts();
+        let (dbs_at, tags_at, total) = layout(n_dbs, n_tags);
+        pg_sys::LWLockAcquire(&raw mut (*pg_sys::MainLWLockArray.add(21)).lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
+        let mut found = false;
+        let base = pg_sys::ShmemInitStruct(c"leaf_id".as_ptr(), total, &mut found) as *mut u8;
+        if !found {
+            std::ptr::write_bytes(base, 0, total);
+            let header = base as *mut Header;
+            (*header).n_dbs = n_dbs as u32;
+            (*header).n_tags = n_tags as u32;
+            let dbs = base.add(dbs_at) as *mut DbSlot;
+            for i in 0..n_dbs {
+                pg_sys::ConditionVariableInit((*dbs.add(i)).cv.get());
+                (*dbs.add(i)).worker_id.store(-1, SeqCst);
+            }
+        }
+        let locks = pg_sys::GetNamedLWLockTranche(TRANCHE.as_ptr());
+        pg_sys::LWLockRelease(&raw mut (*pg_sys::MainLWLockArray.add(21)).lock);
+        SHARED = Some(Shared {
+            dbs: base.add(dbs_at) as *mut DbSlot,
+            tags: base.add(tags_at) as *mut TagSlot,
+            n_dbs,
+            n_tags,
+            locks,
+        });
+    }
+}
+
+/// The shared region, or None when the library was not preloaded.
+pub fn shared() -> Option<&'static Shared> {
+    unsafe { (*(&raw const SHARED)).as_ref() }
+}
+
+/// An exclusive LWLock, released on drop. Never raise an ERROR while holding
+/// one: copy what the error needs, drop the guard, then raise.
+pub struct LockGuard(*mut pg_sys::LWLock);
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        unsafe { pg_sys::LWLockRelease(self.0) };
+    }
+}
+
+pub struct FreeSlotsExhausted;
+
+impl Shared {
+    pub fn n_tags(&self) -> usize {
+        self.n_tags
+    }
+    pub fn n_dbs(&self) -> usize {
+        self.n_dbs
+    }
+    pub fn tag(&self, i: usize) -> &TagSlot {
+        assert!(i < self.n_tags);
+        unsafe { &*self.tags.add(i) }
+    }
+    pub fn db(&self, i: usize) -> &DbSlot {
+        assert!(i < self.n_dbs);
+        unsafe { &*self.dbs.add(i) }
+    }
+    fn lock_at(&self, i: usize) -> LockGuard {
+        unsafe {
+            let lock = &raw mut (*self.locks.add(i)).lock;
+            pg_sys::LWLockAcquire(lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
+            LockGuard(lock)
+        }
+    }
+    /// Guards slot allocation (tag and database slots).
+    pub fn lock_global(&self) -> LockGuard {
+        self.lock_at(0)
+    }
+    pub fn lock_db(&self, i: usize) -> LockGuard {
+        self.lock_at(1 + i)
+    }
+    /// Guards a tag's switch, refill and error cell.
+    pub fn lock_tag(&self, i: usize) -> LockGuard {
+        self.lock_at(1 + self.n_dbs + i)
+    }
+
+    /// The database's slot, allocated if needed. None when all are taken.
+    pub fn db_slot(&self, dboid: u32) -> Option<usize> {
+        let find = || (0..self.n_dbs).find(|&i| self.db(i).dboid.load(SeqCst) == dboid);
+        if let Some(i) = find() {
+            return Some(i);
+        }
+        let _g = self.lock_global();
+        if let Some(i) = find() {
+            return Some(i);
+        }
+        let i = (0..self.n_dbs).find(|&i| self.db(i).dboid.load(SeqCst) == 0)?;
+        let db = self.db(i);
+        db.worker_pid.store(0, SeqCst);
+        db.worker_latch.store(std::ptr::null_mut(), SeqCst);
+        db.worker_requested_at.store(0, SeqCst);
+        db.snowflake_state.store(SnowflakeState::NotRequested as u32, SeqCst);
+        db.worker_id.store(-1, SeqCst);
+        db.generator.reset();
+        db.generator.floor_ms.store(0, SeqCst);
+        db.generator.lease_ms.store(0, SeqCst);
+        db.dboid.store(dboid, SeqCst);
+        Some(i)
+    }
+
+    /// Find the tag's slot in the database, or allocate one in Loading state.
+    /// Returns (slot, epoch).
+    pub fn find_or_allocate_tag(&self, dboid: u32, tag: &str) -> Result<(usize, u64), FreeSlotsExhausted> {
+        let _g = self.lock_global();
+        let mut free = None;
+        for i in 0..self.n_tags {
+            let slot = self.tag(i);
+            let owner = slot.dboid.load(SeqCst);
+            if owner == dboid && slot.tag_is(tag) && slot.status() != TagStatus::Missing {
+                return Ok((i, slot.epoch.load(SeqCst)));
+            }
+            if free.is_none() && (owner == 0 || slot.status() == TagStatus::Missing) {
+                free = Some(i);
+            }
+        }
+        let i = free.ok_or(FreeSlotsExhausted)?;
+        let slot = self.tag(i);
+        let _t = self.lock_tag(i);
+        slot.epoch.fetch_add(1, SeqCst);
+        slot.pair.retire();
+        unsafe { (&mut *slot.tag.get())[..tag.len()].copy_from_slice(tag.as_bytes()) };
+        slot.tag_len.store(tag.len() as u32, SeqCst);
+        for counter in [&slot.dynamic_step, &slot.table_step, &slot.last_refill_us] {
+            counter.store(0, SeqCst);
+        }
+        slot.refills.store(0, SeqCst);
+        slot.waits.store(0, SeqCst);
+        slot.refill_in_flight.store(false, SeqCst);
+        slot.refill_requested.store(true, SeqCst);
+        slot.status.store(TagStatus::Loading as u32, SeqCst);
+        slot.dboid.store(dboid, SeqCst);
+        Ok((i, slot.epoch.load(SeqCst)))
+    }
+
+    /// Free a slot (deleted tag, dropped extension), if it still has this epoch.
+    pub fn free_tag(&self, i: usize, epoch: u64) {
+        let _g = self.lock_global();
+        let slot = self.tag(i);
+        let _t = self.lock_tag(i);
+        if slot.epoch.load(SeqCst) != epoch {
+            return;
+        }
+        slot.epoch.fetch_add(1, SeqCst);
+        slot.pair.retire();
+        slot.status.store(TagStatus::Free as u32, SeqCst);
+        slot.dboid.store(0, SeqCst);
+    }
+
+    /// Wake the database's worker, if it runs.
+    pub fn wake_worker(&self, db: usize) {
+        let latch = self.db(db).worker_latch.load(SeqCst);
+        if !latch.is_null() {
+            unsafe { pg_sys::SetLatch(latch) };
+        }
+    }
+
+    pub fn broadcast(&self, db: usize) {
+        unsafe { pg_sys::ConditionVariableBroadcast(self.db(db).cv.get()) };
+    }
+}
+
+/// Unix milliseconds of the real clock.
+pub fn unix_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+pub fn unix_us() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
+}

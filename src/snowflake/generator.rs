@@ -1,0 +1,314 @@
+//! The snowflake generator and its clock rules, over an injected clock.
+//!
+//! State is one `AtomicU64` (milliseconds since epoch << 12 | sequence),
+//! advanced by compare-and-swap: lock-free, shared by all sessions.
+//!
+//! Clock rules (Leaf's, plus a persisted high-water mark):
+//! - a millisecond is issued only if it is above `floor_ms` (the mark the
+//!   previous run of the server persisted) and at most `lease_ms` (the mark
+//!   this run has persisted); so nothing issued before a crash is issued again;
+//! - clock behind the last issued millisecond by at most `max_backward_ms`:
+//!   wait twice the offset, read again, fail if still behind; further behind: fail;
+//! - sequence exhausted within a millisecond: wait for the next one.
+
+use super::layout::{MAX_SEQUENCE, MAX_TIMESTAMP, SEQUENCE_BITS, encode};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::SeqCst};
+
+pub trait Clock {
+    /// Unix milliseconds.
+    fn now_ms(&self) -> i64;
+    fn sleep_ms(&self, ms: i64);
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Config {
+    pub epoch_ms: i64,
+    pub worker_id: i64,
+    pub max_backward_ms: i64,
+    /// Start each millisecond at a random 0..99 (Leaf) or at 0.
+    pub random_start: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The clock is behind the last issued millisecond.
+    ClockBehind { offset_ms: i64 },
+    /// The clock has not yet passed the high-water mark persisted by the
+    /// previous run of the server.
+    BelowPersistedMark { behind_ms: i64 },
+    /// The clock is past the mark this run has persisted; the worker must
+    /// renew it before this millisecond can be issued.
+    LeaseExpired { ahead_ms: i64 },
+    /// The clock is before the epoch or past the 41 bits.
+    OutOfRange,
+}
+
+/// Shared state of one generator. `#[repr(C)]`: lives in shared memory.
+#[repr(C)]
+#[derive(Default)]
+pub struct Generator {
+    /// (ms since epoch) << 12 | sequence of the last issued id
+    last: AtomicU64,
+    /// Unix ms; ids only above this (persisted mark of the previous run)
+    pub floor_ms: AtomicI64,
+    /// Unix ms; ids only at or below this (persisted by this run)
+    pub lease_ms: AtomicI64,
+    pub rollback_events: AtomicU64,
+    pub sequence_waits: AtomicU64,
+}
+
+impl Generator {
+    /// Unix ms of the last issued id, or None.
+    pub fn last_issued_ms(&self, epoch_ms: i64) -> Option<i64> {
+        let last = self.last.load(SeqCst);
+        (last != 0).then(|| (last >> SEQUENCE_BITS) as i64 + epoch_ms)
+    }
+
+    /// Forget the last issued id (a new worker id or epoch starts afresh).
+    pub fn reset(&self) {
+        self.last.store(0, SeqCst);
+    }
+
+    pub fn next_id(&self, cfg: &Config, clock: &dyn Clock, random: &mut dyn FnMut() -> i64) -> Result<i64, Refusal> {
+        let mut waited_backward = false;
+        loop {
+            let now = clock.now_ms();
+            let floor = self.floor_ms.load(SeqCst);
+            if now <= floor {
+                return Err(Refusal::BelowPersistedMark { behind_ms: floor - now + 1 });
+            }
+            let lease = self.lease_ms.load(SeqCst);
+            if now > lease {
+                return Err(Refusal::LeaseExpired { ahead_ms: now - lease });
+            }
+            let t = now - cfg.epoch_ms;
+            if !(0..=MAX_TIMESTAMP).contains(&t) {
+                return Err(Refusal::OutOfRange);
+            }
+            let word = self.last.load(SeqCst);
+            let last_t = (word >> SEQUENCE_BITS) as i64;
+            let last_seq = (word & MAX_SEQUENCE as u64) as i64;
+            let seq = if t < last_t {
+                let offset = last_t - t;
+                self.rollback_events.fetch_add(1, SeqCst);
+                if offset <= cfg.max_backward_ms && !waited_backward {
+                    waited_backward = true;
+                    clock.sleep_ms(offset * 2);
+                    continue;
+                }
+                return Err(Refusal::ClockBehind { offset_ms: offset });
+            } else if t == last_t && word != 0 {
+                if last_seq >= MAX_SEQUENCE {
+                    self.sequence_waits.fetch_add(1, SeqCst);
+                    wait_next_ms(clock, now);
+                    continue;
+                }
+                last_seq + 1
+            } else if cfg.random_start {
+                random().rem_euclid(100)
+            } else {
+                0
+            };
+            let new_word = ((t as u64) << SEQUENCE_BITS) | seq as u64;
+            if self.last.compare_exchange(word, new_word, SeqCst, SeqCst).is_ok() {
+                return Ok(encode(t, cfg.worker_id, seq));
+            }
+        }
+    }
+}
+
+fn wait_next_ms(clock: &dyn Clock, now: i64) {
+    // sub-millisecond: spin on the clock, as Leaf's tilNextMillis
+    let mut spins = 0;
+    while clock.now_ms() <= now {
+        spins += 1;
+        if spins > 1_000_000 {
+            clock.sleep_ms(1);
+        }
+        std::hint::spin_loop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snowflake::layout::{LEAF_EPOCH_MS, decode};
+    use std::cell::Cell;
+
+    struct FakeClock {
+        now: Cell<i64>,
+        /// ms added per read, to let spin loops progress
+        tick_every: Cell<u32>,
+        reads: Cell<u32>,
+        slept: Cell<i64>,
+    }
+    impl FakeClock {
+        fn at(ms: i64) -> Self {
+            FakeClock { now: Cell::new(ms), tick_every: Cell::new(0), reads: Cell::new(0), slept: Cell::new(0) }
+        }
+    }
+    impl Clock for FakeClock {
+        fn now_ms(&self) -> i64 {
+            self.reads.set(self.reads.get() + 1);
+            if self.tick_every.get() > 0 && self.reads.get() % self.tick_every.get() == 0 {
+                self.now.set(self.now.get() + 1);
+            }
+            self.now.get()
+        }
+        fn sleep_ms(&self, ms: i64) {
+            self.slept.set(self.slept.get() + ms);
+            self.now.set(self.now.get() + ms);
+        }
+    }
+
+    const T0: i64 = LEAF_EPOCH_MS + 1_000_000;
+
+    fn cfg() -> Config {
+        Config { epoch_ms: LEAF_EPOCH_MS, worker_id: 7, max_backward_ms: 5, random_start: false }
+    }
+    fn generator() -> Generator {
+        let g = Generator::default();
+        g.lease_ms.store(i64::MAX, SeqCst);
+        g
+    }
+    fn zero() -> i64 {
+        0
+    }
+
+    #[test]
+    fn ids_carry_time_worker_and_sequence() {
+        let g = generator();
+        let clock = FakeClock::at(T0);
+        let a = g.next_id(&cfg(), &clock, &mut zero).unwrap();
+        let b = g.next_id(&cfg(), &clock, &mut zero).unwrap();
+        let d = decode(b, LEAF_EPOCH_MS).unwrap();
+        assert_eq!((d.unix_ms, d.worker_id, d.sequence), (T0, 7, 1));
+        assert_eq!(b, a + 1);
+    }
+
+    #[test]
+    fn random_start_is_below_100() {
+        let g = generator();
+        let clock = FakeClock::at(T0);
+        let mut r = || 12_345_i64;
+        let c = Config { random_start: true, ..cfg() };
+        let d = decode(g.next_id(&c, &clock, &mut r).unwrap(), LEAF_EPOCH_MS).unwrap();
+        assert_eq!(d.sequence, 45);
+        clock.now.set(T0 + 1);
+        let mut r = || -3_i64;
+        let d = decode(g.next_id(&c, &clock, &mut r).unwrap(), LEAF_EPOCH_MS).unwrap();
+        assert_eq!(d.sequence, 97);
+    }
+
+    #[test]
+    fn sequence_exhaustion_waits_for_next_ms_never_wraps() {
+        let g = generator();
+        let clock = FakeClock::at(T0);
+        let mut last = 0;
+        for _ in 0..=MAX_SEQUENCE {
+            let id = g.next_id(&cfg(), &clock, &mut zero).unwrap();
+            assert!(id > last);
+            last = id;
+        }
+        clock.tick_every.set(10);
+        let id = g.next_id(&cfg(), &clock, &mut zero).unwrap();
+        let d = decode(id, LEAF_EPOCH_MS).unwrap();
+        assert_eq!((d.unix_ms, d.sequence), (T0 + 1, 0));
+        assert!(id > last);
+        assert_eq!(g.sequence_waits.load(SeqCst), 1);
+    }
+
+    #[test]
+    fn small_rollback_waits_twice_the_offset_then_succeeds() {
+        let g = generator();
+        let clock = FakeClock::at(T0);
+        let before = g.next_id(&cfg(), &clock, &mut zero).unwrap();
+        clock.now.set(T0 - 3);
+        let after = g.next_id(&cfg(), &clock, &mut zero).unwrap();
+        assert_eq!(clock.slept.get(), 6);
+        assert!(after > before);
+        assert_eq!(g.rollback_events.load(SeqCst), 1);
+    }
+
+    #[test]
+    fn small_rollback_still_behind_after_wait_fails() {
+        struct Stuck(Cell<i64>);
+        impl Clock for Stuck {
+            fn now_ms(&self) -> i64 {
+                self.0.get()
+            }
+            fn sleep_ms(&self, _: i64) {}
+        }
+        let g = generator();
+        let clock = Stuck(Cell::new(T0));
+        g.next_id(&cfg(), &clock, &mut zero).unwrap();
+        clock.0.set(T0 - 4);
+        assert_eq!(g.next_id(&cfg(), &clock, &mut zero), Err(Refusal::ClockBehind { offset_ms: 4 }));
+    }
+
+    #[test]
+    fn large_rollback_fails_without_waiting() {
+        let g = generator();
+        let clock = FakeClock::at(T0);
+        g.next_id(&cfg(), &clock, &mut zero).unwrap();
+        clock.now.set(T0 - 1000);
+        assert_eq!(g.next_id(&cfg(), &clock, &mut zero), Err(Refusal::ClockBehind { offset_ms: 1000 }));
+        assert_eq!(clock.slept.get(), 0);
+    }
+
+    #[test]
+    fn persisted_marks_bound_the_issued_milliseconds() {
+        let g = generator();
+        g.floor_ms.store(T0 + 10, SeqCst);
+        g.lease_ms.store(T0 + 20, SeqCst);
+        let clock = FakeClock::at(T0);
+        assert_eq!(g.next_id(&cfg(), &clock, &mut zero), Err(Refusal::BelowPersistedMark { behind_ms: 11 }));
+        clock.now.set(T0 + 10);
+        assert!(g.next_id(&cfg(), &clock, &mut zero).is_err(), "the mark itself may have been issued");
+        clock.now.set(T0 + 11);
+        assert!(g.next_id(&cfg(), &clock, &mut zero).is_ok());
+        clock.now.set(T0 + 20);
+        assert!(g.next_id(&cfg(), &clock, &mut zero).is_ok());
+        clock.now.set(T0 + 21);
+        assert_eq!(g.next_id(&cfg(), &clock, &mut zero), Err(Refusal::LeaseExpired { ahead_ms: 1 }));
+    }
+
+    #[test]
+    fn before_epoch_is_refused() {
+        let g = generator();
+        let clock = FakeClock::at(LEAF_EPOCH_MS - 1);
+        assert_eq!(g.next_id(&cfg(), &clock, &mut zero), Err(Refusal::OutOfRange));
+    }
+
+    #[test]
+    fn threads_get_unique_increasing_ids() {
+        struct Real;
+        impl Clock for Real {
+            fn now_ms(&self) -> i64 {
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+            }
+            fn sleep_ms(&self, ms: i64) {
+                std::thread::sleep(std::time::Duration::from_millis(ms as u64));
+            }
+        }
+        let g = std::sync::Arc::new(generator());
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let g = g.clone();
+                std::thread::spawn(move || {
+                    let mut v = Vec::new();
+                    for _ in 0..50_000 {
+                        v.push(g.next_id(&cfg(), &Real, &mut zero).unwrap());
+                    }
+                    assert!(v.windows(2).all(|w| w[0] < w[1]), "per-thread order");
+                    v
+                })
+            })
+            .collect();
+        let mut all: Vec<i64> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        let n = all.len();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), n);
+    }
+}

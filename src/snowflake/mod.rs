@@ -1,0 +1,4 @@
+//! Snowflake mode: time | worker id | sequence.
+pub mod claim;
+pub mod generator;
+pub mod layout;

@@ -1,0 +1,221 @@
+//! SQL surface of snowflake mode.
+
+use crate::backend::{self, Deadline};
+use crate::errors::{raise, raise_recorded, require_writable};
+use crate::segment_api::tstz_from_unix_ms;
+use crate::settings;
+use crate::shmem::SnowflakeState;
+use crate::snowflake::generator::{Clock, Config, Refusal};
+use crate::snowflake::layout::{self, MAX_TIMESTAMP};
+use crate::snowflake_worker::clock_ms;
+use pgrx::prelude::*;
+use std::sync::atomic::Ordering::SeqCst;
+
+struct PgClock;
+
+impl Clock for PgClock {
+    fn now_ms(&self) -> i64 {
+        clock_ms()
+    }
+    fn sleep_ms(&self, ms: i64) {
+        unsafe { pgrx::pg_sys::pg_usleep(ms * 1000) };
+    }
+}
+
+/// xorshift, seeded per backend: only to spread the first sequence of a millisecond.
+fn random() -> i64 {
+    static mut STATE: u64 = 0;
+    unsafe {
+        if STATE == 0 {
+            STATE = (pgrx::pg_sys::MyProcPid as u64) << 32 ^ crate::shmem::unix_us() as u64 | 1;
+        }
+        STATE ^= STATE << 13;
+        STATE ^= STATE >> 7;
+        STATE ^= STATE << 17;
+        (STATE >> 1) as i64
+    }
+}
+
+pub fn epoch() -> i64 {
+    settings::epoch_ms().unwrap_or(layout::LEAF_EPOCH_MS)
+}
+
+/// Validate the epoch setting at server start.
+pub fn check_epoch() -> Result<i64, String> {
+    let epoch = settings::epoch_ms()?;
+    let now = crate::shmem::unix_ms();
+    if epoch < 0 || epoch > now {
+        return Err(format!("leaf_id.epoch_ms = {epoch} is in the future or negative"));
+    }
+    if now - epoch > MAX_TIMESTAMP {
+        return Err(format!("leaf_id.epoch_ms = {epoch}: its 41 bits of milliseconds have run out"));
+    }
+    Ok(epoch)
+}
+
+fn next_id() -> i64 {
+    let (sh, db) = backend::shared_db();
+    let slot = sh.db(db);
+    let mut deadline: Option<Deadline> = None;
+    let mut seen_error: Option<u64> = None;
+    loop {
+        if slot.snowflake_state.load(SeqCst) == SnowflakeState::Ready as u32 {
+            let cfg = Config {
+                epoch_ms: epoch(),
+                worker_id: slot.worker_id.load(SeqCst) as i64,
+                max_backward_ms: settings::MAX_BACKWARD_MS.get() as i64,
+                random_start: settings::RANDOM_SEQUENCE_START.get(),
+            };
+            match slot.generator.next_id(&cfg, &PgClock, &mut random) {
+                Ok(id) => {
+                    if deadline.is_some() {
+                        backend::end_wait();
+                    }
+                    return id;
+                }
+                Err(Refusal::LeaseExpired { .. }) => {
+                    slot.snowflake_lease_wanted.store(true, SeqCst);
+                }
+                Err(refusal) => {
+                    if deadline.is_some() {
+                        backend::end_wait();
+                    }
+                    refuse(refusal);
+                }
+            }
+        }
+        let deadline = deadline.get_or_insert_with(Deadline::from_setting);
+        backend::prepare_wait(sh, db);
+        let seq = slot.error.seq.load(SeqCst);
+        let seen = *seen_error.get_or_insert(seq);
+        let state = slot.snowflake_state.load(SeqCst);
+        if seq != seen {
+            let (code, message) = {
+                let _g = sh.lock_db(db);
+                slot.error.get()
+            };
+            backend::end_wait();
+            raise_recorded(code, message);
+        }
+        if state == SnowflakeState::NotRequested as u32 || state == SnowflakeState::Failed as u32 {
+            slot.snowflake_state.store(SnowflakeState::Requested as u32, SeqCst);
+        }
+        backend::ensure_worker(sh, db);
+        if deadline.passed() {
+            backend::end_wait();
+            raise(
+                PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+                "timed out waiting for the leaf_id worker to claim a worker id or renew the snowflake high-water mark",
+                Some("See the server log; leaf_id.refill_timeout sets how long calls wait."),
+            );
+        }
+        backend::wait(sh, db, deadline);
+    }
+}
+
+fn refuse(refusal: Refusal) -> ! {
+    match refusal {
+        Refusal::ClockBehind { offset_ms } => raise(
+            PgSqlErrorCode::ERRCODE_SYSTEM_ERROR,
+            format!("clock moved backwards: it is {offset_ms} ms behind the last snowflake ID issued"),
+            Some("No ID is issued until the clock catches up; leaf_id.max_backward_ms sets how much rollback is waited out."),
+        ),
+        Refusal::BelowPersistedMark { behind_ms } => raise(
+            PgSqlErrorCode::ERRCODE_SYSTEM_ERROR,
+            format!(
+                "clock is {behind_ms} ms behind the snowflake high-water mark persisted before the last restart"
+            ),
+            Some("IDs up to that mark may have been issued before the restart; new IDs are refused until the clock passes it."),
+        ),
+        Refusal::OutOfRange => raise(
+            PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
+            "the clock is outside the 41-bit range of leaf_id.epoch_ms",
+            None,
+        ),
+        Refusal::LeaseExpired { .. } => unreachable!(),
+    }
+}
+
+#[pg_extern(volatile, parallel_unsafe)]
+fn leaf_snowflake_next() -> i64 {
+    require_writable("leaf_snowflake_next()");
+    next_id()
+}
+
+#[pg_extern(immutable, parallel_safe, strict)]
+fn leaf_snowflake_decode(
+    id: i64,
+) -> TableIterator<'static, (name!(timestamp, TimestampWithTimeZone), name!(worker_id, i32), name!(sequence, i32))> {
+    let Some(d) = layout::decode(id, epoch()) else {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("{id} is not a snowflake ID: snowflake IDs are not negative"),
+            None,
+        )
+    };
+    let ts = tstz_from_unix_ms(d.unix_ms).expect("timestamp in range");
+    TableIterator::once((ts, d.worker_id as i32, d.sequence as i32))
+}
+
+#[pg_extern(immutable, parallel_safe, strict)]
+fn leaf_snowflake_min_id(at: TimestampWithTimeZone) -> i64 {
+    if !at.is_finite() {
+        raise(PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW, "timestamp must be finite", None);
+    }
+    let pg_us: i64 = at.into();
+    let unix_ms = (pg_us + 946_684_800_000_000).div_euclid(1000);
+    let e = epoch();
+    if unix_ms < e || unix_ms > layout::last_unix_ms(e) {
+        raise(
+            PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
+            "timestamp is outside the range snowflake IDs can express",
+            Some("Snowflake IDs cover leaf_id.epoch_ms plus 2^41 milliseconds (about 69 years)."),
+        );
+    }
+    layout::min_id_at(unix_ms, e)
+}
+
+#[allow(clippy::type_complexity)]
+#[pg_extern(volatile, parallel_safe)]
+fn leaf_snowflake_status() -> TableIterator<
+    'static,
+    (
+        name!(state, String),
+        name!(worker_id, Option<i32>),
+        name!(worker_id_source, Option<String>),
+        name!(node_name, Option<String>),
+        name!(last_issued, Option<TimestampWithTimeZone>),
+        name!(persisted_mark, Option<TimestampWithTimeZone>),
+        name!(restart_floor, Option<TimestampWithTimeZone>),
+        name!(rollback_events, i64),
+        name!(sequence_waits, i64),
+        name!(epoch, Option<TimestampWithTimeZone>),
+        name!(layout_exhausted_at, Option<TimestampWithTimeZone>),
+    ),
+> {
+    let (sh, db) = backend::shared_db();
+    let slot = sh.db(db);
+    let state = match slot.snowflake_state.load(SeqCst) {
+        0 => "not started",
+        1 => "claiming",
+        2 => "ready",
+        _ => "failed",
+    };
+    let e = epoch();
+    let id = slot.worker_id.load(SeqCst);
+    let known = id >= 0;
+    let g = &slot.generator;
+    TableIterator::once((
+        state.to_string(),
+        known.then_some(id),
+        known.then(|| if slot.worker_id_from_registry.load(SeqCst) { "leaf_worker" } else { "setting" }.to_string()),
+        known.then(|| slot.node_name()),
+        g.last_issued_ms(e).and_then(tstz_from_unix_ms),
+        Some(g.lease_ms.load(SeqCst)).filter(|&m| m > 0).and_then(tstz_from_unix_ms),
+        Some(g.floor_ms.load(SeqCst)).filter(|&m| m > 0).and_then(tstz_from_unix_ms),
+        g.rollback_events.load(SeqCst) as i64,
+        g.sequence_waits.load(SeqCst) as i64,
+        tstz_from_unix_ms(e),
+        tstz_from_unix_ms(layout::last_unix_ms(e)),
+    ))
+}

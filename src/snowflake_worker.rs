@@ -1,0 +1,176 @@
+//! The snowflake half of the worker: claim a worker id from `leaf_worker`
+//! and keep the persisted high-water mark ahead of the clock.
+
+use crate::settings;
+use crate::shmem::{shared, unix_ms};
+use crate::snowflake::claim::{self, ClaimPlan, RegistryRow};
+use crate::worker::JobError;
+use pgrx::prelude::*;
+use pgrx::spi::{Spi, SpiClient};
+use std::sync::atomic::Ordering::SeqCst;
+
+/// The generator's clock: the system clock shifted by the test setting.
+pub fn clock_ms() -> i64 {
+    unix_ms() + settings::TEST_CLOCK_OFFSET_MS.get() as i64
+}
+
+fn spi_err(e: pgrx::spi::SpiError) -> JobError {
+    JobError::new(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string())
+}
+
+fn registry(client: &SpiClient, schema: &str) -> Result<Vec<RegistryRow>, JobError> {
+    let rows = client
+        .select(&format!("SELECT worker_id, node_name FROM {schema}.leaf_worker"), None, &[])
+        .map_err(spi_err)?;
+    Ok(rows
+        .filter_map(|r| {
+            Some(RegistryRow {
+                worker_id: r.get::<i32>(1).ok().flatten()? as i64,
+                node_name: r.get::<String>(2).ok().flatten()?,
+            })
+        })
+        .collect())
+}
+
+/// Claim (or re-take) this node's worker id and persist a first mark.
+pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
+    let sh = shared().expect("shared memory");
+    let slot = sh.db(db);
+    let node = settings::node_name();
+    let configured = match settings::WORKER_ID.get() {
+        -1 => None,
+        id => Some(id as i64),
+    };
+    let (worker_id, persisted) = Spi::connect_mut(|client| {
+        for _attempt in 0..10 {
+            let rows = registry(client, schema)?;
+            let id = match claim::plan(&rows, &node, configured) {
+                ClaimPlan::Reuse(id) => id,
+                ClaimPlan::Insert(id) => {
+                    let inserted = client
+                        .update(
+                            &format!(
+                                "INSERT INTO {schema}.leaf_worker (worker_id, node_name) VALUES ($1, $2) \
+                                 ON CONFLICT DO NOTHING RETURNING worker_id"
+                            ),
+                            None,
+                            &[(id as i32).into(), node.as_str().into()],
+                        )
+                        .map_err(spi_err)?;
+                    if inserted.is_empty() {
+                        continue; // another node took it first: plan again
+                    }
+                    id
+                }
+                ClaimPlan::NodeHasOtherId { configured, .. } => {
+                    client
+                        .update(
+                            &format!("UPDATE {schema}.leaf_worker SET worker_id = $1 WHERE node_name = $2"),
+                            None,
+                            &[(configured as i32).into(), node.as_str().into()],
+                        )
+                        .map_err(spi_err)?;
+                    configured
+                }
+                ClaimPlan::OwnedByOther { worker_id, owner } => {
+                    return Err(JobError::new(
+                        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                        format!(
+                            "leaf_id.worker_id {worker_id} belongs to node \"{owner}\" in leaf_worker, not to this node \"{node}\""
+                        ),
+                    ));
+                }
+                ClaimPlan::Full => {
+                    return Err(JobError::new(
+                        PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+                        "all 1024 snowflake worker ids in leaf_worker are taken",
+                    ));
+                }
+            };
+            let mark = client
+                .update(
+                    &format!("SELECT last_timestamp FROM {schema}.leaf_worker WHERE worker_id = $1 FOR UPDATE"),
+                    None,
+                    &[(id as i32).into()],
+                )
+                .map_err(spi_err)?
+                .first()
+                .get::<i64>(1)
+                .ok()
+                .flatten()
+                .unwrap_or(0);
+            return Ok((id, mark));
+        }
+        Err(JobError::new(
+            PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+            "could not claim a snowflake worker id: leaf_worker kept changing",
+        ))
+    })?;
+    let same_lifetime = slot.worker_id.load(SeqCst) == worker_id as i32;
+    // Within one shared-memory lifetime the generator itself never repeats;
+    // the persisted mark guards what earlier lifetimes issued.
+    let floor = if same_lifetime { slot.generator.floor_ms.load(SeqCst) } else { persisted };
+    let lease = persist(schema, worker_id, &node, clock_ms().max(floor) + settings::LEASE_AHEAD.get() as i64)?;
+    Ok(Claimed { worker_id, floor, lease, same_lifetime, from_registry: configured.is_none(), node })
+}
+
+/// A committed claim, to publish to shared memory.
+pub struct Claimed {
+    worker_id: i64,
+    floor: i64,
+    lease: i64,
+    same_lifetime: bool,
+    from_registry: bool,
+    node: String,
+}
+
+/// After the claim's commit: let the generator run up to the persisted mark.
+pub fn publish_claim(db: usize, c: &Claimed) {
+    let slot = shared().expect("shared memory").db(db);
+    if !c.same_lifetime {
+        slot.generator.reset();
+        slot.generator.floor_ms.store(c.floor, SeqCst);
+        slot.worker_id.store(c.worker_id as i32, SeqCst);
+    }
+    slot.generator.lease_ms.fetch_max(c.lease, SeqCst);
+    slot.worker_id_from_registry.store(c.from_registry, SeqCst);
+    slot.set_node_name(&c.node);
+}
+
+/// After a renewal's commit.
+pub fn publish_lease(db: usize, mark: i64) {
+    shared().expect("shared memory").db(db).generator.lease_ms.fetch_max(mark, SeqCst);
+}
+
+/// Write the mark; the generator may use it only after the commit.
+fn persist(schema: &str, worker_id: i64, node: &str, mark: i64) -> Result<i64, JobError> {
+    let updated = Spi::connect_mut(|client| {
+        client
+            .update(
+                &format!(
+                    "UPDATE {schema}.leaf_worker SET last_timestamp = GREATEST(last_timestamp, $1), heartbeat_at = now() \
+                     WHERE worker_id = $2 AND node_name = $3 RETURNING last_timestamp"
+                ),
+                None,
+                &[mark.into(), (worker_id as i32).into(), node.into()],
+            )
+            .map_err(spi_err)
+            .map(|t| if t.is_empty() { None } else { t.first().get::<i64>(1).ok().flatten() })
+    })?;
+    updated.ok_or_else(|| {
+        JobError::new(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("the leaf_worker row of worker id {worker_id} for node \"{node}\" is gone"),
+        )
+    })
+}
+
+/// Renew the mark: the commit happens in the caller (`in_transaction`), and
+/// the new mark is published to the generator only after it.
+pub fn renew(schema: &str, db: usize) -> Result<i64, JobError> {
+    let sh = shared().expect("shared memory");
+    let slot = sh.db(db);
+    let worker_id = slot.worker_id.load(SeqCst) as i64;
+    let mark = clock_ms() + settings::LEASE_AHEAD.get() as i64;
+    persist(schema, worker_id, &settings::node_name(), mark)
+}
