@@ -37,9 +37,8 @@ pub extern "C-unwind" fn _PG_init() {
     shmem::install_hooks();
 }
 
-#[cfg(any(test, feature = "pg_test"))]
-#[pg_schema]
-mod tests;
+#[cfg(feature = "pg_test")]
+mod pg_tests;
 
 /// Required by `cargo pgrx test`.
 #[cfg(test)]

@@ -72,6 +72,10 @@ impl Generator {
     pub fn next_id(&self, cfg: &Config, clock: &dyn Clock, random: &mut dyn FnMut() -> i64) -> Result<i64, Refusal> {
         let mut waited_backward = false;
         loop {
+            // Load the state before reading the clock: a clock read that is
+            // older than the state (a preempted caller) would look like a
+            // rollback; read after it, a smaller clock is a real one.
+            let word = self.last.load(SeqCst);
             let now = clock.now_ms();
             let floor = self.floor_ms.load(SeqCst);
             if now <= floor {
@@ -85,7 +89,6 @@ impl Generator {
             if !(0..=MAX_TIMESTAMP).contains(&t) {
                 return Err(Refusal::OutOfRange);
             }
-            let word = self.last.load(SeqCst);
             let last_t = (word >> SEQUENCE_BITS) as i64;
             let last_seq = (word & MAX_SEQUENCE as u64) as i64;
             let seq = if t < last_t {
