@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# pg_regress suite (pg_test/sql, pg_test/expected) against a throwaway cluster.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+. scripts/cluster.sh
+PORT=${REGRESS_PORT:-28816}
+DATA=$ROOT/target/regress-cluster
+OUT=$ROOT/target/regress-out
+cluster_stop "$DATA" immediate
+cluster_init "$DATA" "$PORT"
+cluster_start "$DATA"
+trap 'cluster_stop "$DATA" fast' EXIT
+rm -rf "$OUT"; install -d -o postgres -g postgres "$OUT"
+as_pg "$PGBIN/createdb" -h 127.0.0.1 -p "$PORT" -U postgres leaf_regress
+tests=$(cd pg_test/sql && ls *.sql | sed 's/\.sql$//' | sort)
+status=0
+as_pg /usr/lib/postgresql/15/lib/pgxs/src/test/regress/pg_regress \
+  --use-existing --bindir="$PGBIN" --host=127.0.0.1 --port="$PORT" --user=postgres \
+  --inputdir="$ROOT/pg_test" --outputdir="$OUT" --dbname=leaf_regress $tests || status=$?
+if [ $status -ne 0 ] && [ -f "$OUT/regression.diffs" ]; then
+  cat "$OUT/regression.diffs"
+fi
+exit $status

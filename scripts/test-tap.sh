@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Run the TAP tests in tests/tap/*.pl (or the files given as arguments) with
+# prove, using PostgreSQL 15's own test framework (PostgreSQL::Test::Cluster),
+# as the postgres OS user. Each test starts its own throwaway server with
+# leaf_id preloaded; leaf_id must already be installed (scripts/install.sh).
+#
+#   scripts/test-tap.sh                       # every test
+#   scripts/test-tap.sh tests/tap/001_*.pl    # some
+#   PROVE_FLAGS=-v scripts/test-tap.sh        # verbose
+#   PG_TEST_NOCLEAN=1 scripts/test-tap.sh     # keep data directories
+#
+# Output of each test (server logs, regress_log_*) is left in
+# target/tap/tmp_check/log. Exits non-zero if any test fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PGBIN=/usr/lib/postgresql/15/bin
+PGXS=/usr/lib/postgresql/15/lib/pgxs
+PERL_LIB=$PGXS/src/test/perl
+WORK=$ROOT/target/tap
+
+if [ ! -e /usr/lib/postgresql/15/lib/leaf_id.so ]; then
+  echo "test-tap: leaf_id is not installed (run scripts/install.sh)" >&2
+  exit 2
+fi
+
+if [ $# -gt 0 ]; then
+  tests=()
+  for t in "$@"; do tests+=("$(realpath "$t")"); done
+else
+  shopt -s nullglob
+  tests=("$ROOT"/tests/tap/*.pl)
+fi
+if [ ${#tests[@]} -eq 0 ]; then
+  echo "test-tap: no tests found in tests/tap" >&2
+  exit 2
+fi
+
+# a directory the postgres user can write; the repo itself is root's
+mkdir -p "$ROOT/target"
+rm -rf "$WORK"
+install -d -o postgres -g postgres "$WORK"
+# the postgres user must be able to reach the test files
+chmod o+rx "$ROOT" "$ROOT/tests" "$ROOT/tests/tap" "$ROOT/target" 2>/dev/null || true
+
+run_as_postgres=(runuser -u postgres --)
+if [ "$(id -u)" -ne 0 ]; then
+  run_as_postgres=()   # already unprivileged: run as ourselves
+fi
+
+cd "$WORK"
+"${run_as_postgres[@]}" env \
+  PATH="$PGBIN:$PATH" \
+  PG_REGRESS="$PGXS/src/test/regress/pg_regress" \
+  TESTDIR="$WORK" \
+  TESTDATADIR="$WORK/tmp_check" \
+  TESTLOGDIR="$WORK/tmp_check/log" \
+  PG_TEST_TIMEOUT_DEFAULT="${PG_TEST_TIMEOUT_DEFAULT:-60}" \
+  ${PG_TEST_NOCLEAN:+PG_TEST_NOCLEAN=1} \
+  with_ssl=no with_gssapi=no with_icu=no enable_injection_points=no \
+  LEAF_ID_TAP_ROOT="$ROOT" \
+  prove -I "$PERL_LIB" -I "$ROOT/tests/tap" ${PROVE_FLAGS:-} "${tests[@]}"

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The test command: every suite, starting whatever it needs.
+#  1. pure Rust unit tests (cargo test --lib, no Postgres)
+#  2. #[pg_test] tests (cargo pgrx test, its own server)
+#  3. pg_regress suite in pg_test/ (SQL + expected output)
+#  4. real-client tests (tests/client, Rust `postgres` crate)
+#  5. TAP tests in tests/tap (crashes, restarts, clock, several databases)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+bash scripts/setup.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+PGLIB=/usr/lib/postgresql/15/lib
+
+echo "== unit tests"
+cargo test --lib
+
+echo "== pg_test"
+# unlink first: servers still running keep the library they mapped
+rm -f "$PGLIB/leaf_id.so"
+install -d -o postgres -g postgres "$ROOT/target/pgrx-test-data"
+chmod o+x "$ROOT" "$ROOT/target"
+cargo pgrx test pg15 --runas postgres --pgdata "$ROOT/target/pgrx-test-data"
+
+echo "== install (release)"
+bash scripts/install.sh
+
+echo "== pg_regress"
+bash scripts/test-regress.sh
+
+if [ -f tests/client/Cargo.toml ]; then
+  echo "== client tests"
+  bash scripts/test-client.sh
+fi
+
+if compgen -G "tests/tap/*.pl" >/dev/null; then
+  echo "== TAP tests"
+  bash scripts/test-tap.sh
+fi
+echo "== all suites passed"
