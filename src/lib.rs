@@ -26,8 +26,9 @@ extension_sql_file!("../sql/finish.sql", name = "finish", finalize);
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
-    settings::register();
-    if unsafe { !pg_sys::process_shared_preload_libraries_in_progress } {
+    let preloading = unsafe { pg_sys::process_shared_preload_libraries_in_progress };
+    settings::register(preloading);
+    if !preloading {
         // functions raise a clear error; nothing else to do without shared memory
         return;
     }

@@ -19,27 +19,13 @@ pub static HEARTBEAT_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(1000);
 pub static LEASE_AHEAD: GucSetting<i32> = GucSetting::<i32>::new(3000);
 pub static TEST_CLOCK_OFFSET_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
 
-pub fn register() {
-    GucRegistry::define_int_guc(
-        c"leaf_id.max_tags",
-        c"Number of segment-mode tags that shared memory can cache, over all databases.",
-        c"Each cached tag takes one slot; deleted tags free theirs. Requires a restart.",
-        &MAX_TAGS,
-        1,
-        1_000_000,
-        GucContext::Postmaster,
-        GucFlags::default(),
-    );
-    GucRegistry::define_int_guc(
-        c"leaf_id.max_databases",
-        c"Number of databases that can use leaf_id at once (one background worker each).",
-        c"Each such database also needs one of max_worker_processes. Requires a restart.",
-        &MAX_DATABASES,
-        1,
-        10_000,
-        GucContext::Postmaster,
-        GucFlags::default(),
-    );
+/// `preloading`: PGC_POSTMASTER settings can only be defined while
+/// shared_preload_libraries is processed; loaded later (a misconfiguration
+/// the functions report), leaf_id defines only the others.
+pub fn register(preloading: bool) {
+    if preloading {
+        register_postmaster_settings();
+    }
     GucRegistry::define_int_guc(
         c"leaf_id.segment_duration",
         c"Target lifetime of one segment, for the dynamic step.",
@@ -98,14 +84,6 @@ pub fn register() {
         GucContext::Suset,
         GucFlags::default(),
     );
-    GucRegistry::define_string_guc(
-        c"leaf_id.epoch_ms",
-        c"Snowflake epoch in Unix milliseconds (Leaf's default 1288834974657, 2010-11-04).",
-        c"Must not be in the future, and its 41 bits of milliseconds must not have run out. Requires a restart.",
-        &EPOCH_MS,
-        GucContext::Postmaster,
-        GucFlags::default(),
-    );
     GucRegistry::define_int_guc(
         c"leaf_id.max_backward_ms",
         c"Clock rollback the snowflake generator waits out (twice the offset) instead of failing.",
@@ -153,6 +131,37 @@ pub fn register() {
         86_400_000,
         GucContext::Suset,
         GucFlags::UNIT_MS,
+    );
+}
+
+fn register_postmaster_settings() {
+    GucRegistry::define_int_guc(
+        c"leaf_id.max_tags",
+        c"Number of segment-mode tags that shared memory can cache, over all databases.",
+        c"Each cached tag takes one slot; deleted tags free theirs. Requires a restart.",
+        &MAX_TAGS,
+        1,
+        1_000_000,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"leaf_id.max_databases",
+        c"Number of databases that can use leaf_id at once (one background worker each).",
+        c"Each such database also needs one of max_worker_processes. Requires a restart.",
+        &MAX_DATABASES,
+        1,
+        10_000,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
+        c"leaf_id.epoch_ms",
+        c"Snowflake epoch in Unix milliseconds (Leaf's default 1288834974657, 2010-11-04).",
+        c"Must not be in the future, and its 41 bits of milliseconds must not have run out. Requires a restart.",
+        &EPOCH_MS,
+        GucContext::Postmaster,
+        GucFlags::default(),
     );
 }
 

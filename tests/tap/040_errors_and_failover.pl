@@ -1,0 +1,138 @@
+# leaf_id errors that need their own server set-up, and failover:
+#  - the library not in shared_preload_libraries: 55000, no ID
+#  - no background worker slot: 53400 naming max_worker_processes
+#  - a refill that does not come in time: 55P03, nothing half-done
+#  - a standby refuses (25006); after promotion, with synchronous replication,
+#    every new ID is above every ID the old primary handed out
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use lib $ENV{LEAF_ID_TAP_ROOT} . '/tests/tap';
+use SegmentTap;
+
+# --- not preloaded
+{
+	my $node = PostgreSQL::Test::Cluster->new('not_preloaded');
+	$node->init;
+	$node->append_conf('postgresql.conf', "lc_messages = 'C'\n");
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION leaf_id');
+	$node->safe_psql('postgres',
+		"INSERT INTO leaf_alloc (biz_tag, step) VALUES ('t', 10)");
+	my $r = try_sql($node, 'postgres', "SELECT leaf_segment_next('t')");
+	is($r->{sqlstate}, '55000', 'not preloaded: segment call fails with 55000');
+	like($r->{err}, qr/shared_preload_libraries/, 'the message names shared_preload_libraries');
+	$r = try_sql($node, 'postgres', 'SELECT leaf_snowflake_next()');
+	is($r->{sqlstate}, '55000', 'not preloaded: snowflake call fails with 55000');
+	is($node->safe_psql('postgres', "SELECT max_id FROM leaf_alloc WHERE biz_tag = 't'"),
+		'1', 'nothing was reserved');
+	$node->stop;
+}
+
+# --- no worker slot: all max_worker_processes taken by nothing else is hard to
+# arrange; with max_worker_processes = 0 no dynamic worker can start
+{
+	my $node = PostgreSQL::Test::Cluster->new('no_worker_slot');
+	$node->init;
+	$node->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'leaf_id'
+max_worker_processes = 0
+max_parallel_workers = 0
+lc_messages = 'C'
+});
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION leaf_id');
+	$node->safe_psql('postgres',
+		"INSERT INTO leaf_alloc (biz_tag, step) VALUES ('t', 10)");
+	my $r = try_sql($node, 'postgres', "SELECT leaf_segment_next('t')");
+	is($r->{sqlstate}, '53400', 'no worker slot: 53400');
+	like($r->{err}, qr/max_worker_processes/, 'the hint names max_worker_processes');
+	is($node->safe_psql('postgres', "SELECT max_id FROM leaf_alloc WHERE biz_tag = 't'"),
+		'1', 'nothing was reserved');
+	$node->stop;
+}
+
+# --- refill timeout: a session holds the tag's row lock, so the worker's
+# refill blocks; the caller gives up after leaf_id.refill_timeout
+{
+	my $node = leaf_node('refill_timeout');
+	$node->safe_psql('postgres',
+		"INSERT INTO leaf_alloc (biz_tag, step) VALUES ('locked', 10)");
+	my $holder = $node->background_psql('postgres');
+	$holder->query_safe("BEGIN; SELECT * FROM leaf_alloc WHERE biz_tag = 'locked' FOR UPDATE;");
+	my $r = try_sql($node, 'postgres',
+		"SET leaf_id.refill_timeout = '1s'; SELECT leaf_segment_next('locked');");
+	is($r->{sqlstate}, '55P03', 'refill not in time: 55P03');
+	like($r->{err}, qr/timed out waiting for a refill of leaf_id tag "locked"/, 'message names the tag');
+	$holder->query_safe('ROLLBACK');
+	$holder->quit;
+	# once the lock is gone, IDs flow and start at the table's max_id
+	my @ids = draw_ids($node, 'postgres', 'locked', 25);
+	is($ids[0], '1', 'after the timeout, the first ID is the first reserved one');
+	is_deeply([ duplicates(@ids) ], [], 'no duplicates');
+	$node->stop;
+}
+
+# --- standby and failover with synchronous replication
+{
+	my $primary = PostgreSQL::Test::Cluster->new('primary');
+	$primary->init(allows_streaming => 1);
+	$primary->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'leaf_id'
+max_worker_processes = 16
+lc_messages = 'C'
+});
+	$primary->start;
+	$primary->safe_psql('postgres', 'CREATE EXTENSION leaf_id');
+	$primary->safe_psql('postgres',
+		"INSERT INTO leaf_alloc (biz_tag, step) VALUES ('f', 100)");
+	$primary->backup('b');
+	my $standby = PostgreSQL::Test::Cluster->new('standby');
+	$standby->init_from_backup($primary, 'b', has_streaming => 1);
+	$standby->start;
+	$primary->append_conf('postgresql.conf', "synchronous_standby_names = '" . $standby->name . "'\n");
+	$primary->reload;
+	$primary->poll_query_until('postgres',
+		"SELECT sync_state = 'sync' FROM pg_stat_replication")
+	  or die 'standby did not become synchronous';
+
+	my @before = draw_ids($primary, 'postgres', 'f', 5000);
+	my $sf_before = $primary->safe_psql('postgres',
+		'SELECT max(leaf_snowflake_next()) FROM generate_series(1, 1000)');
+	$primary->wait_for_catchup($standby, "replay");
+
+	my $r = try_sql($standby, 'postgres', "SELECT leaf_segment_next('f')");
+	is($r->{sqlstate}, '25006', 'standby: segment call refused with 25006');
+	$r = try_sql($standby, 'postgres', 'SELECT leaf_snowflake_next()');
+	is($r->{sqlstate}, '25006', 'standby: snowflake call refused with 25006');
+
+	# more IDs right before the crash, no explicit catch-up: synchronous
+	# replication must have carried every refill they came from
+	push @before, draw_ids($primary, 'postgres', 'f', 5000);
+	my $max_before = max_of(@before);
+	$primary->stop('immediate');
+	$standby->promote;
+	my @after = draw_ids($standby, 'postgres', 'f', 2000);
+	cmp_ok(min_of(@after), '>', $max_before,
+		'after failover every new ID is above every ID of the old primary');
+	is_deeply([ duplicates(@before, @after) ], [], 'no ID repeated across the failover');
+
+	# snowflake: the promoted node has another node name (port), so it claims
+	# another worker id; its IDs cannot collide with the old primary's
+	my $sf_after = '';
+	for (1 .. 100)
+	{
+		my $t = try_sql($standby, 'postgres', 'SELECT leaf_snowflake_next()');
+		if (!$t->{sqlstate}) { ($sf_after = $t->{out}) =~ s/\s+//g; last; }
+		usleep(100_000);
+	}
+	isnt($sf_after, '', 'snowflake works on the promoted node');
+	my $workers = $standby->safe_psql('postgres',
+		"SELECT (SELECT worker_id FROM leaf_snowflake_decode($sf_before)) <> (SELECT worker_id FROM leaf_snowflake_decode($sf_after))");
+	is($workers, 't', 'the promoted node uses another worker id than the old primary');
+	$standby->stop;
+}
+
+done_testing();
