@@ -16,6 +16,9 @@ pub fn raise(code: PgSqlErrorCode, message: impl Into<String>, hint: Option<&str
 
 /// Raise an error that a background-worker job recorded (sqlstate as Postgres packs it).
 pub fn raise_recorded(sqlstate: i32, message: String) -> ! {
+    if sqlstate == 0 || message.is_empty() {
+        raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "leaf_id background worker reported an error without a message", None)
+    }
     raise(PgSqlErrorCode::from(sqlstate), message, None)
 }
 

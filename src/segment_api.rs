@@ -70,7 +70,9 @@ pub fn next_id(tag: &str) -> i64 {
     let (sh, db) = backend::shared_db();
     let dboid = backend::my_dboid();
     let mut deadline: Option<Deadline> = None;
-    let mut seen_error: Option<u64> = None;
+    // error count of the slot when this call first waited on it: a later
+    // error of the same (slot, epoch) is the answer to this call
+    let mut seen_error: Option<(usize, u64, u64)> = None;
     let mut counted_wait = false;
     loop {
         let (i, epoch) = cached_slot(sh, dboid, tag);
@@ -104,7 +106,13 @@ pub fn next_id(tag: &str) -> i64 {
             continue;
         }
         let error_seq = slot.error.seq.load(SeqCst);
-        let seen = *seen_error.get_or_insert(error_seq);
+        let seen = match seen_error {
+            Some((si, se, seq)) if si == i && se == epoch => seq,
+            _ => {
+                seen_error = Some((i, epoch, error_seq));
+                error_seq
+            }
+        };
         if slot.status() == TagStatus::Missing || error_seq != seen {
             let (code, message) = slot.error.get();
             let missing = slot.status() == TagStatus::Missing;

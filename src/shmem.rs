@@ -352,18 +352,23 @@ impl Shared {
     /// Returns (slot, epoch).
     pub fn find_or_allocate_tag(&self, dboid: u32, tag: &str) -> Result<(usize, u64), FreeSlotsExhausted> {
         let _g = self.lock_global();
-        let mut free = None;
+        let (mut free, mut missing) = (None, None);
         for i in 0..self.n_tags {
             let slot = self.tag(i);
             let owner = slot.dboid.load(SeqCst);
             if owner == dboid && slot.tag_is(tag) && slot.status() != TagStatus::Missing {
                 return Ok((i, slot.epoch.load(SeqCst)));
             }
-            if free.is_none() && (owner == 0 || slot.status() == TagStatus::Missing) {
+            if free.is_none() && owner == 0 {
                 free = Some(i);
             }
+            if missing.is_none() && owner != 0 && slot.status() == TagStatus::Missing {
+                missing = Some(i);
+            }
         }
-        let i = free.ok_or(FreeSlotsExhausted)?;
+        // a missing tag's slot is reused only when no slot is free: callers
+        // waiting on it may still want its answer (they look again if it goes)
+        let i = free.or(missing).ok_or(FreeSlotsExhausted)?;
         let slot = self.tag(i);
         let _t = self.lock_tag(i);
         slot.epoch.fetch_add(1, SeqCst);

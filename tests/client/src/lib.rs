@@ -94,7 +94,7 @@ pub fn pg_err(e: &postgres::Error) -> String {
 /// can otherwise both try to create it).
 pub fn ensure_extension(client: &mut Client) {
     let mut tx = client.transaction().expect("begin");
-    tx.execute("SELECT pg_advisory_xact_lock(7_461_726_590_001)", &[]).expect("advisory lock");
+    tx.execute("SELECT pg_advisory_xact_lock(7461726590001)", &[]).expect("advisory lock");
     tx.batch_execute("CREATE EXTENSION IF NOT EXISTS leaf_id")
         .unwrap_or_else(|e| panic!("CREATE EXTENSION leaf_id failed: {}", pg_err(&e)));
     tx.commit().expect("commit");
