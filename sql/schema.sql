@@ -24,6 +24,7 @@ CREATE TABLE leaf_worker (
                                CONSTRAINT leaf_worker_id_range CHECK (worker_id BETWEEN 0 AND 1023),
     node_name      text        NOT NULL UNIQUE,
     last_timestamp bigint,
+    epoch_ms       bigint,
     heartbeat_at   timestamptz,
     created_at     timestamptz NOT NULL DEFAULT now()
 );
@@ -31,6 +32,7 @@ SELECT pg_catalog.pg_extension_config_dump('leaf_worker', '');
 
 COMMENT ON TABLE leaf_worker IS
   'leaf_id snowflake mode: registry of worker ids (0..1023), one per node. Share it between nodes for ids unique across them.';
-COMMENT ON COLUMN leaf_worker.node_name IS 'Node identity: leaf_id.node_name, or system identifier:port.';
+COMMENT ON COLUMN leaf_worker.node_name IS 'Node identity: leaf_id.node_name, or system identifier:port; released:<id> marks an id given up (its mark is kept for the next owner).';
 COMMENT ON COLUMN leaf_worker.last_timestamp IS 'Persisted high-water mark (Unix ms): no ID of this worker id has a later millisecond.';
+COMMENT ON COLUMN leaf_worker.epoch_ms IS 'leaf_id.epoch_ms in force when last_timestamp was written (a changed epoch moves the mark).';
 COMMENT ON COLUMN leaf_worker.heartbeat_at IS 'Time of the last renewal of last_timestamp.';

@@ -3,7 +3,7 @@
 
 use crate::settings;
 use crate::shmem::{shared, unix_ms};
-use crate::snowflake::claim::{self, ClaimPlan, RegistryRow};
+use crate::snowflake::claim::{self, ClaimPlan, RegistryRow, Take};
 use crate::worker::JobError;
 use pgrx::prelude::*;
 use pgrx::spi::{Spi, SpiClient};
@@ -44,33 +44,51 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
     let (worker_id, persisted) = Spi::connect_mut(|client| {
         for _attempt in 0..10 {
             let rows = registry(client, schema)?;
+            let take = |client: &mut SpiClient, take: Take| -> Result<bool, JobError> {
+                let got = match take {
+                    Take::Insert(id) => client.update(
+                        &format!(
+                            "INSERT INTO {schema}.leaf_worker (worker_id, node_name) VALUES ($1, $2) \
+                             ON CONFLICT DO NOTHING RETURNING worker_id"
+                        ),
+                        None,
+                        &[(id as i32).into(), node.as_str().into()],
+                    ),
+                    Take::TakeOver(id) => client.update(
+                        &format!(
+                            "UPDATE {schema}.leaf_worker SET node_name = $2 \
+                             WHERE worker_id = $1 AND node_name = $3 RETURNING worker_id"
+                        ),
+                        None,
+                        &[(id as i32).into(), node.as_str().into(), claim::released_name(id).as_str().into()],
+                    ),
+                };
+                Ok(!got.map_err(spi_err)?.is_empty())
+            };
             let id = match claim::plan(&rows, &node, configured) {
                 ClaimPlan::Reuse(id) => id,
-                ClaimPlan::Insert(id) => {
-                    let inserted = client
-                        .update(
-                            &format!(
-                                "INSERT INTO {schema}.leaf_worker (worker_id, node_name) VALUES ($1, $2) \
-                                 ON CONFLICT DO NOTHING RETURNING worker_id"
-                            ),
-                            None,
-                            &[(id as i32).into(), node.as_str().into()],
-                        )
-                        .map_err(spi_err)?;
-                    if inserted.is_empty() {
+                ClaimPlan::Take(t) => {
+                    if !take(client, t)? {
                         continue; // another node took it first: plan again
                     }
-                    id
+                    t.id()
                 }
-                ClaimPlan::NodeHasOtherId { configured, .. } => {
+                ClaimPlan::Move { release, take: t } => {
+                    // keep the old id's row and mark for whoever takes it next
                     client
                         .update(
-                            &format!("UPDATE {schema}.leaf_worker SET worker_id = $1 WHERE node_name = $2"),
+                            &format!("UPDATE {schema}.leaf_worker SET node_name = $3 WHERE worker_id = $1 AND node_name = $2"),
                             None,
-                            &[(configured as i32).into(), node.as_str().into()],
+                            &[(release as i32).into(), node.as_str().into(), claim::released_name(release).as_str().into()],
                         )
                         .map_err(spi_err)?;
-                    configured
+                    if !take(client, t)? {
+                        return Err(JobError::new(
+                            PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+                            format!("leaf_id.worker_id {} was taken by another node meanwhile", t.id()),
+                        ));
+                    }
+                    t.id()
                 }
                 ClaimPlan::OwnedByOther { worker_id, owner } => {
                     return Err(JobError::new(
@@ -87,18 +105,17 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
                     ));
                 }
             };
-            let mark = client
+            let row = client
                 .update(
-                    &format!("SELECT last_timestamp FROM {schema}.leaf_worker WHERE worker_id = $1 FOR UPDATE"),
+                    &format!("SELECT last_timestamp, epoch_ms FROM {schema}.leaf_worker WHERE worker_id = $1 FOR UPDATE"),
                     None,
                     &[(id as i32).into()],
                 )
                 .map_err(spi_err)?
-                .first()
-                .get::<i64>(1)
-                .ok()
-                .flatten()
-                .unwrap_or(0);
+                .first();
+            let mark = row.get::<i64>(1).ok().flatten().unwrap_or(0);
+            let mark_epoch = row.get::<i64>(2).ok().flatten();
+            let mark = claim::floor_for_epoch(mark, mark_epoch, crate::snowflake_api::epoch());
             return Ok((id, mark));
         }
         Err(JobError::new(
@@ -148,11 +165,11 @@ fn persist(schema: &str, worker_id: i64, node: &str, mark: i64) -> Result<i64, J
         client
             .update(
                 &format!(
-                    "UPDATE {schema}.leaf_worker SET last_timestamp = GREATEST(last_timestamp, $1), heartbeat_at = now() \
-                     WHERE worker_id = $2 AND node_name = $3 RETURNING last_timestamp"
+                    "UPDATE {schema}.leaf_worker SET last_timestamp = GREATEST(last_timestamp, $1), epoch_ms = $4, \
+                     heartbeat_at = now() WHERE worker_id = $2 AND node_name = $3 RETURNING last_timestamp"
                 ),
                 None,
-                &[mark.into(), (worker_id as i32).into(), node.into()],
+                &[mark.into(), (worker_id as i32).into(), node.into(), crate::snowflake_api::epoch().into()],
             )
             .map_err(spi_err)
             .map(|t| if t.is_empty() { None } else { t.first().get::<i64>(1).ok().flatten() })

@@ -1,11 +1,23 @@
 //! Which worker id a node takes from the registry (`leaf_worker`).
 //!
 //! The plan is made from a snapshot of the registry; the claim itself is an
-//! `INSERT` that the table's unique keys (worker_id, node_name) make atomic,
-//! so two nodes that plan the same free id cannot both get it: the loser
-//! re-reads and plans again.
+//! `INSERT` (or an `UPDATE` of a released row) that the table's unique keys
+//! (worker_id, node_name) make atomic, so two nodes that plan the same id
+//! cannot both get it: the loser re-reads and plans again.
+//!
+//! A row is never deleted by leaf_id: a node that leaves an id releases it by
+//! renaming the row to `released:<id>`, which keeps the id's persisted
+//! high-water mark. Whoever takes the id over inherits that mark, so it
+//! cannot reissue the IDs of the previous owner even if its clock lags.
 
 use super::layout::MAX_WORKER_ID;
+
+/// Node names with this prefix mark released rows.
+pub const RELEASED_PREFIX: &str = "released:";
+
+pub fn released_name(worker_id: i64) -> String {
+    format!("{RELEASED_PREFIX}{worker_id}")
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegistryRow {
@@ -13,53 +25,87 @@ pub struct RegistryRow {
     pub node_name: String,
 }
 
+impl RegistryRow {
+    pub fn released(&self) -> bool {
+        self.node_name.starts_with(RELEASED_PREFIX)
+    }
+}
+
+/// How the node gets an id it does not own yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Take {
+    /// No row for the id: insert one.
+    Insert(i64),
+    /// A released row: rename it to this node (its mark stays).
+    TakeOver(i64),
+}
+
+impl Take {
+    pub fn id(self) -> i64 {
+        match self {
+            Take::Insert(id) | Take::TakeOver(id) => id,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimPlan {
     /// The node already owns this id (same node after a restart).
     Reuse(i64),
-    /// Insert a row for this id.
-    Insert(i64),
+    /// The node owns no id: take this one.
+    Take(Take),
+    /// The node owns `release`, but the setting asks for another id:
+    /// release the old row (keeping its mark), then take the new id.
+    Move { release: i64, take: Take },
     /// The configured id belongs to another node.
     OwnedByOther { worker_id: i64, owner: String },
-    /// The node's row holds another id than the configured one.
-    NodeHasOtherId { configured: i64, registered: i64 },
-    /// Every id 0..=1023 is taken.
+    /// Every id 0..=1023 is owned.
     Full,
 }
 
 /// `configured`: the id from the setting, or None to take one.
 pub fn plan(rows: &[RegistryRow], node: &str, configured: Option<i64>) -> ClaimPlan {
     let own = rows.iter().find(|r| r.node_name == node);
+    let take_of = |id: i64| match rows.iter().find(|r| r.worker_id == id) {
+        Some(_) => Take::TakeOver(id),
+        None => Take::Insert(id),
+    };
     match configured {
         Some(id) => {
             if let Some(r) = rows.iter().find(|r| r.worker_id == id) {
                 if r.node_name == node {
-                    ClaimPlan::Reuse(id)
-                } else {
-                    ClaimPlan::OwnedByOther { worker_id: id, owner: r.node_name.clone() }
+                    return ClaimPlan::Reuse(id);
                 }
-            } else if let Some(r) = own {
-                ClaimPlan::NodeHasOtherId { configured: id, registered: r.worker_id }
-            } else {
-                ClaimPlan::Insert(id)
+                if !r.released() {
+                    return ClaimPlan::OwnedByOther { worker_id: id, owner: r.node_name.clone() };
+                }
+            }
+            match own {
+                Some(r) => ClaimPlan::Move { release: r.worker_id, take: take_of(id) },
+                None => ClaimPlan::Take(take_of(id)),
             }
         }
         None => {
             if let Some(r) = own {
                 return ClaimPlan::Reuse(r.worker_id);
             }
-            let mut used: Vec<i64> = rows.iter().map(|r| r.worker_id).collect();
-            used.sort_unstable();
-            let mut candidate = 0;
-            for id in used {
-                if id == candidate {
-                    candidate += 1;
-                } else if id > candidate {
-                    break;
-                }
+            let owned: std::collections::HashSet<i64> =
+                rows.iter().filter(|r| !r.released()).map(|r| r.worker_id).collect();
+            match (0..=MAX_WORKER_ID).find(|id| !owned.contains(id)) {
+                Some(id) => ClaimPlan::Take(take_of(id)),
+                None => ClaimPlan::Full,
             }
-            if candidate > MAX_WORKER_ID { ClaimPlan::Full } else { ClaimPlan::Insert(candidate) }
         }
+    }
+}
+
+/// The persisted mark, moved to the current epoch: a mark `m` persisted
+/// under epoch `e_old` bounds IDs whose time part is at most `m - e_old`, so
+/// under epoch `e_new` only milliseconds above `m - e_old + e_new` are new.
+pub fn floor_for_epoch(mark: i64, mark_epoch: Option<i64>, epoch: i64) -> i64 {
+    match mark_epoch {
+        Some(e_old) if mark > 0 => mark.saturating_add(epoch - e_old),
+        _ => mark,
     }
 }
 
@@ -78,9 +124,16 @@ mod tests {
 
     #[test]
     fn new_node_gets_lowest_free() {
-        assert_eq!(plan(&rows(&[]), "n", None), ClaimPlan::Insert(0));
-        assert_eq!(plan(&rows(&[(0, "a"), (1, "b"), (3, "c")]), "n", None), ClaimPlan::Insert(2));
-        assert_eq!(plan(&rows(&[(1, "b")]), "n", None), ClaimPlan::Insert(0));
+        assert_eq!(plan(&rows(&[]), "n", None), ClaimPlan::Take(Take::Insert(0)));
+        assert_eq!(plan(&rows(&[(0, "a"), (1, "b"), (3, "c")]), "n", None), ClaimPlan::Take(Take::Insert(2)));
+        assert_eq!(plan(&rows(&[(1, "b")]), "n", None), ClaimPlan::Take(Take::Insert(0)));
+    }
+
+    #[test]
+    fn released_ids_are_taken_over_with_their_row() {
+        let r = rows(&[(0, "a"), (1, "released:1"), (2, "c")]);
+        assert_eq!(plan(&r, "n", None), ClaimPlan::Take(Take::TakeOver(1)));
+        assert_eq!(plan(&r, "n", Some(1)), ClaimPlan::Take(Take::TakeOver(1)));
     }
 
     #[test]
@@ -95,7 +148,22 @@ mod tests {
         let r = rows(&[(7, "other")]);
         assert_eq!(plan(&r, "me", Some(7)), ClaimPlan::OwnedByOther { worker_id: 7, owner: "other".into() });
         assert_eq!(plan(&r, "other", Some(7)), ClaimPlan::Reuse(7));
-        assert_eq!(plan(&r, "me", Some(8)), ClaimPlan::Insert(8));
-        assert_eq!(plan(&r, "other", Some(8)), ClaimPlan::NodeHasOtherId { configured: 8, registered: 7 });
+        assert_eq!(plan(&r, "me", Some(8)), ClaimPlan::Take(Take::Insert(8)));
+    }
+
+    #[test]
+    fn moving_to_another_configured_id_releases_the_old_row() {
+        let r = rows(&[(7, "other"), (9, "released:9")]);
+        assert_eq!(plan(&r, "other", Some(8)), ClaimPlan::Move { release: 7, take: Take::Insert(8) });
+        assert_eq!(plan(&r, "other", Some(9)), ClaimPlan::Move { release: 7, take: Take::TakeOver(9) });
+    }
+
+    #[test]
+    fn floor_moves_with_the_epoch() {
+        assert_eq!(floor_for_epoch(5000, Some(1000), 1000), 5000);
+        assert_eq!(floor_for_epoch(5000, Some(1000), 1300), 5300, "later epoch: same IDs come 300 ms later");
+        assert_eq!(floor_for_epoch(5000, Some(1000), 800), 4800);
+        assert_eq!(floor_for_epoch(5000, None, 800), 5000);
+        assert_eq!(floor_for_epoch(0, Some(1000), 5000), 0, "no mark, no floor");
     }
 }
