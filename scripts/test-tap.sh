@@ -39,13 +39,14 @@ fi
 # a directory the postgres user can write; the repo itself is root's
 mkdir -p "$ROOT/target"
 rm -rf "$WORK"
-install -d -o postgres -g postgres "$WORK"
-# the postgres user must be able to reach the test files
-chmod o+rx "$ROOT" "$ROOT/tests" "$ROOT/tests/tap" "$ROOT/target" 2>/dev/null || true
-
-run_as_postgres=(runuser -u postgres --)
-if [ "$(id -u)" -ne 0 ]; then
-  run_as_postgres=()   # already unprivileged: run as ourselves
+if [ "$(id -u)" -eq 0 ]; then
+  install -d -o postgres -g postgres "$WORK"
+  run_as_postgres=(runuser -u postgres --)
+  # the postgres user must be able to reach the test files
+  chmod o+rx "$ROOT" "$ROOT/tests" "$ROOT/tests/tap" "$ROOT/target" 2>/dev/null || true
+else
+  mkdir -p "$WORK"     # already unprivileged: run as ourselves
+  run_as_postgres=()
 fi
 
 cd "$WORK"

@@ -25,18 +25,35 @@ pub fn my_db_slot(sh: &Shared) -> usize {
                 return i;
             }
         }
-        match sh.db_slot(my_dboid()) {
+        let slot = sh.db_slot(my_dboid()).or_else(|| {
+            reclaim_dropped_databases(sh);
+            sh.db_slot(my_dboid())
+        });
+        match slot {
             Some(i) => {
                 CACHED = Some(i);
                 i
             }
             None => raise(
                 PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
-                format!("leaf_id is used by {} databases already", sh.n_dbs()),
+                format!("leaf_id is used by {} databases already (leaf_id.max_databases = {})", sh.n_dbs(), sh.n_dbs()),
                 Some("Raise leaf_id.max_databases and restart the server."),
             ),
         }
     }
+}
+
+/// Free the slots of databases that were dropped (needs a transaction).
+pub fn reclaim_dropped_databases(sh: &Shared) -> bool {
+    sh.reclaim_dropped_databases(|dboid| unsafe {
+        pg_sys::SearchSysCacheExists(
+            pg_sys::SysCacheIdentifier::DATABASEOID as i32,
+            pg_sys::Datum::from(dboid),
+            pg_sys::Datum::from(0),
+            pg_sys::Datum::from(0),
+            pg_sys::Datum::from(0),
+        )
+    })
 }
 
 /// Make sure the database's worker runs (or is starting); wake it.

@@ -37,7 +37,10 @@ fn cached_slot(sh: &Shared, dboid: u32, tag: &str) -> (usize, u64) {
     if let Some(hit) = SLOT_CACHE.with(|c| c.borrow().get(tag).copied()) {
         return hit;
     }
-    match sh.find_or_allocate_tag(dboid, tag) {
+    let found = sh.find_or_allocate_tag(dboid, tag).or_else(|full| {
+        if backend::reclaim_dropped_databases(sh) { sh.find_or_allocate_tag(dboid, tag) } else { Err(full) }
+    });
+    match found {
         Ok(found) => {
             SLOT_CACHE.with(|c| {
                 let mut c = c.borrow_mut();
@@ -50,7 +53,7 @@ fn cached_slot(sh: &Shared, dboid: u32, tag: &str) -> (usize, u64) {
         }
         Err(_) => raise(
             PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
-            format!("all {} leaf_id tag slots are in use", sh.n_tags()),
+            format!("all {} leaf_id tag slots are in use (leaf_id.max_tags = {})", sh.n_tags(), sh.n_tags()),
             Some("Raise leaf_id.max_tags and restart the server, or delete unused tags from leaf_alloc."),
         ),
     }

@@ -401,6 +401,37 @@ impl Shared {
         slot.dboid.store(0, SeqCst);
     }
 
+    /// Give back the slots of databases that no longer exist (dropped while
+    /// their worker was gone). `exists` asks the catalog.
+    pub fn reclaim_dropped_databases(&self, exists: impl Fn(u32) -> bool) -> bool {
+        let mut reclaimed = false;
+        for d in 0..self.n_dbs {
+            let db = self.db(d);
+            let dboid = db.dboid.load(SeqCst);
+            if dboid == 0 || db.worker_pid.load(SeqCst) != 0 || exists(dboid) {
+                continue;
+            }
+            self.free_tags_of(dboid);
+            let _g = self.lock_global();
+            if db.dboid.load(SeqCst) == dboid && db.worker_pid.load(SeqCst) == 0 {
+                db.dboid.store(0, SeqCst);
+                reclaimed = true;
+            }
+        }
+        reclaimed
+    }
+
+    /// Drop every cached tag of a database: their ranges become gaps.
+    pub fn free_tags_of(&self, dboid: u32) {
+        for i in 0..self.n_tags {
+            let slot = self.tag(i);
+            if slot.dboid.load(SeqCst) == dboid {
+                let epoch = slot.epoch.load(SeqCst);
+                self.free_tag(i, epoch);
+            }
+        }
+    }
+
     /// Wake the database's worker, if it runs.
     pub fn wake_worker(&self, db: usize) {
         let latch = self.db(db).worker_latch.load(SeqCst);

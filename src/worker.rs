@@ -352,21 +352,15 @@ impl Worker {
     }
 }
 
-/// Drop every cached tag of the database: their ranges become gaps.
-fn forget_tags(sh: &Shared, dboid: u32) {
-    for i in 0..sh.n_tags() {
-        let slot = sh.tag(i);
-        if slot.dboid.load(SeqCst) == dboid {
-            let epoch = slot.epoch.load(SeqCst);
-            sh.free_tag(i, epoch);
-        }
-    }
-}
-
 #[pg_guard]
 unsafe extern "C-unwind" fn detach(_code: i32, arg: pg_sys::Datum) {
     if let Some(sh) = shared() {
+        // an error exit may hold LWLocks; ours are needed below
+        unsafe { pg_sys::LWLockReleaseAll() };
         let db = sh.db(arg.value());
+        // give the database's tag slots back (DROP DATABASE ... WITH (FORCE)
+        // ends the worker): cached ranges become gaps, the next worker refills
+        sh.free_tags_of(db.dboid.load(SeqCst));
         db.worker_latch.store(std::ptr::null_mut(), SeqCst);
         db.worker_pid.store(0, SeqCst);
         if db.snowflake_state.load(SeqCst) == SnowflakeState::Ready as u32 {
@@ -415,7 +409,7 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
     set_option(c"application_name", c"leaf_id worker");
     // ranges cached by an earlier worker of this database are dropped (gaps):
     // the table they came from may have been dropped and recreated since
-    forget_tags(sh, dboid);
+    sh.free_tags_of(dboid);
     let slot = sh.db(db);
     if slot.snowflake_state.load(SeqCst) != SnowflakeState::NotRequested as u32 {
         slot.snowflake_state.store(SnowflakeState::Requested as u32, SeqCst);
@@ -445,7 +439,7 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
         }
         if w.extension_gone {
             pgrx::log!("leaf_id worker for database {} exits: the extension is not installed", dboid);
-            forget_tags(sh, dboid);
+            sh.free_tags_of(dboid);
             break;
         }
         if !BackgroundWorker::wait_latch(Some(w.timeout())) {

@@ -10,20 +10,12 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use lib $ENV{LEAF_ID_TAP_ROOT} . '/tests/tap';
+use SnowflakeTap;
 
-use constant LEAF_EPOCH_MS => 1288834974657;
+my $node = snowflake_node('snowflake_fixed', "leaf_id.worker_id = 42\n");
 
-my $node = PostgreSQL::Test::Cluster->new('snowflake_fixed');
-$node->init;
-$node->append_conf('postgresql.conf', <<'CONF');
-shared_preload_libraries = 'leaf_id'
-leaf_id.worker_id = 42
-CONF
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION leaf_id');
-
-my $expected_node = $node->safe_psql('postgres',
-	q{SELECT system_identifier || ':' || current_setting('port') FROM pg_control_system()});
+my $expected_node = default_node_name($node);
 
 $node->safe_psql('postgres', <<'SQL');
 CREATE TABLE ids (n int PRIMARY KEY, id bigint NOT NULL);
@@ -73,28 +65,21 @@ is( $node->safe_psql(
 	"42|$expected_node",
 	'leaf_worker has exactly one row: worker id 42 with this node\'s name');
 
-is( $node->safe_psql(
-		'postgres', q{SELECT state, worker_id, worker_id_source, node_name FROM leaf_snowflake_status}),
+is(snowflake_status($node, 'state, worker_id, worker_id_source, node_name'),
 	"ready|42|setting|$expected_node",
 	'status: ready, worker id 42 from the setting, this node\'s name');
 
 # No issued millisecond is beyond the persisted high-water mark.
-is( $node->safe_psql(
-		'postgres', q{
-SELECT (SELECT max(id) FROM ids) >> 22
-       <= (SELECT last_timestamp FROM leaf_worker WHERE worker_id = 42) - 1288834974657}),
+is(ids_within_mark($node, 42),
 	't',
 	'the last issued millisecond is not beyond leaf_worker.last_timestamp');
 
 # The generator's mark (shared memory) is published only after the worker's
 # commit, so read it first; the table, read afterwards, is at least as far.
-my ($issued_ms, $mark_ms) = split /\|/, $node->safe_psql(
-	'postgres', q{
-SELECT (extract(epoch FROM last_issued) * 1000)::bigint,
-       (extract(epoch FROM persisted_mark) * 1000)::bigint
-FROM leaf_snowflake_status});
-my $table_mark = $node->safe_psql('postgres',
-	'SELECT last_timestamp FROM leaf_worker WHERE worker_id = 42');
+my ($issued_ms, $mark_ms) = split /\|/, snowflake_status($node, q{
+       (extract(epoch FROM last_issued) * 1000)::bigint,
+       (extract(epoch FROM persisted_mark) * 1000)::bigint});
+my $table_mark = persisted_mark($node, 42);
 ok($mark_ms ne '' && $issued_ms <= $mark_ms && $mark_ms <= $table_mark,
 	"status: last_issued ($issued_ms) <= persisted_mark ($mark_ms) <= leaf_worker.last_timestamp ($table_mark)"
 );

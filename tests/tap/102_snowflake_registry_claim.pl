@@ -12,99 +12,63 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(time usleep);
+use lib $ENV{LEAF_ID_TAP_ROOT} . '/tests/tap';
+use SnowflakeTap;
 
 use constant LEASE_AHEAD_MS => 3000;
-
-# Run SQL with verbose errors. Returns (rc, stdout, stderr, sqlstate).
-sub try_sql
-{
-	my ($node, $sql) = @_;
-	my ($out, $err) = ('', '');
-	my $rc = $node->psql(
-		'postgres', "\\set VERBOSITY verbose\n$sql",
-		stdout => \$out,
-		stderr => \$err,
-		timeout => 60);
-	my ($state) = $err =~ /ERROR:\s+([0-9A-Z]{5}):/;
-	return ($rc, $out, $err, $state);
-}
-
-# Retry $sql until it succeeds or $budget_ms passes.
-# Returns (stdout or undef, elapsed ms, [[sqlstate, stderr], ...]).
-sub retry_sql
-{
-	my ($node, $sql, $budget_ms) = @_;
-	my $t0 = time;
-	my @errors;
-	while (1)
-	{
-		my ($rc, $out, $err, $state) = try_sql($node, $sql);
-		return ($out, (time - $t0) * 1000, \@errors) if $rc == 0;
-		push @errors, [ $state // 'none', $err ];
-		last if (time - $t0) * 1000 > $budget_ms;
-		usleep(100_000);
-	}
-	return (undef, (time - $t0) * 1000, \@errors);
-}
 
 # After a restart: the first call may be refused while the clock is below the
 # mark persisted before (at most lease_ahead ms); anything else is a failure.
 sub first_ids_after_restart
 {
 	my ($node, $phase, $what) = @_;
-	my ($out, $ms, $errors) = retry_sql($node,
+	my $r = repeat_sql($node,
 		"INSERT INTO ids SELECT $phase, leaf_snowflake_next() RETURNING id",
-		LEASE_AHEAD_MS + 7000);
+		seconds => (LEASE_AHEAD_MS + 7000) / 1000);
+	my $out = $r->{ok} ? $r->{last}{out} : undef;
 	ok(defined $out && $out =~ /^\d+$/, "$what: an ID is issued within the retry budget")
-	  or diag explain $errors;
-	my @other = grep {
-		!($_->[0] eq '58000'
-			&& $_->[1] =~ /clock is \d+ ms behind the snowflake high-water mark persisted before the last restart/)
-	} @$errors;
-	is(scalar(@other), 0, "$what: the only refusals were 58000 'behind the persisted mark'")
-	  or diag explain \@other;
-	note sprintf("%s: %d refusal(s), first ID after %.0f ms", $what, scalar(@$errors), $ms);
+	  or diag explain $r->{errors};
+	only_behind_mark_refusals($r->{errors},
+		"$what: the only refusals were 58000 'behind the persisted mark'");
+	note sprintf("%s: %d refusal(s), first ID after %.0f ms",
+		$what, scalar(@{ $r->{errors} }), $r->{seconds} * 1000);
 	return $out;
+}
+
+# Draw 5000 IDs for $phase; the worker ids they decode to.
+sub draw_phase
+{
+	my ($node, $phase) = @_;
+	$node->safe_psql('postgres',
+		"INSERT INTO ids SELECT $phase, leaf_snowflake_next() FROM generate_series(1, 5000)");
+	return $node->safe_psql(
+		'postgres', qq{
+SELECT string_agg(DISTINCT d.worker_id::text, ',')
+FROM ids, LATERAL leaf_snowflake_decode(id) d WHERE phase = $phase});
 }
 
 sub check_phase_above
 {
 	my ($node, $phase, $prev_phases, $what) = @_;
-	is( $node->safe_psql(
-			'postgres', qq{
-SELECT (SELECT min(id) FROM ids WHERE phase = $phase)
-     > (SELECT max(id) FROM ids WHERE phase IN ($prev_phases))}),
+	is(phase_above($node, $phase, $prev_phases),
 		't',
 		"$what: every new ID is larger than every earlier ID of this worker id");
 }
 
-my $node = PostgreSQL::Test::Cluster->new('snowflake_registry');
-$node->init;
-$node->append_conf('postgresql.conf', <<'CONF');
-shared_preload_libraries = 'leaf_id'
+my $node = snowflake_node('snowflake_registry', <<'CONF', <<'SQL');
 leaf_id.lease_ahead = 3000
 leaf_id.heartbeat_interval = 1000
 CONF
-$node->start;
-$node->safe_psql('postgres', <<'SQL');
-CREATE EXTENSION leaf_id;
 INSERT INTO leaf_worker (worker_id, node_name) VALUES (0, 'other-a'), (1, 'other-b');
 CREATE TABLE ids (phase int NOT NULL, id bigint NOT NULL);
 SQL
-my $default_node = $node->safe_psql('postgres',
-	q{SELECT system_identifier || ':' || current_setting('port') FROM pg_control_system()});
+my $default_node = default_node_name($node);
 
 # --- phase 1: first claim takes the lowest free id -------------------------
-$node->safe_psql('postgres',
-	'INSERT INTO ids SELECT 1, leaf_snowflake_next() FROM generate_series(1, 5000)');
-is( $node->safe_psql(
-		'postgres', q{
-SELECT string_agg(DISTINCT d.worker_id::text, ',')
-FROM ids, LATERAL leaf_snowflake_decode(id) d WHERE phase = 1}),
+is(draw_phase($node, 1),
 	'2',
 	'ids 0 and 1 taken: the node claims worker id 2 (decode)');
-is($node->safe_psql('postgres', 'SELECT state, worker_id, worker_id_source, node_name FROM leaf_snowflake_status'),
+is(snowflake_status($node, 'state, worker_id, worker_id_source, node_name'),
 	"ready|2|leaf_worker|$default_node",
 	'status: worker id 2 from leaf_worker, default node name <system identifier>:<port>');
 is( $node->safe_psql(
@@ -112,35 +76,26 @@ is( $node->safe_psql(
 		q{SELECT worker_id, node_name, last_timestamp IS NOT NULL FROM leaf_worker ORDER BY worker_id}),
 	"0|other-a|f\n1|other-b|f\n2|$default_node|t",
 	'leaf_worker: the other rows untouched, row 2 for this node with a persisted mark');
-is( $node->safe_psql(
-		'postgres', q{
-SELECT (SELECT max(id) FROM ids) >> 22
-       <= (SELECT last_timestamp FROM leaf_worker WHERE worker_id = 2) - 1288834974657}),
+is(ids_within_mark($node, 2),
 	't',
 	'no issued millisecond is beyond the persisted mark');
 
 # --- phase 2: restart, same node gets the same id back ---------------------
 $node->restart;
 first_ids_after_restart($node, 2, 'after restart');
-$node->safe_psql('postgres',
-	'INSERT INTO ids SELECT 2, leaf_snowflake_next() FROM generate_series(1, 5000)');
-is( $node->safe_psql(
-		'postgres', q{
-SELECT string_agg(DISTINCT d.worker_id::text, ',')
-FROM ids, LATERAL leaf_snowflake_decode(id) d WHERE phase = 2}),
+is(draw_phase($node, 2),
 	'2',
 	'after restart: the same node gets worker id 2 back (decode)');
-is($node->safe_psql('postgres', 'SELECT worker_id, worker_id_source, node_name FROM leaf_snowflake_status'),
+is(snowflake_status($node, 'worker_id, worker_id_source, node_name'),
 	"2|leaf_worker|$default_node", 'after restart: status worker id 2 from leaf_worker');
 check_phase_above($node, 2, '1', 'after restart');
-is( $node->safe_psql(
-		'postgres', q{
-SELECT restart_floor IS NOT NULL
+is( snowflake_status(
+		$node, qq{
+restart_floor IS NOT NULL
    AND (SELECT max(id) FROM ids WHERE phase = 1) >> 22
-       <= (extract(epoch FROM restart_floor) * 1000)::bigint - 1288834974657
+       <= (extract(epoch FROM restart_floor) * 1000)::bigint - @{[LEAF_EPOCH_MS]}
    AND (SELECT min(id) FROM ids WHERE phase = 2) >> 22
-       > (extract(epoch FROM restart_floor) * 1000)::bigint - 1288834974657
-FROM leaf_snowflake_status}),
+       > (extract(epoch FROM restart_floor) * 1000)::bigint - @{[LEAF_EPOCH_MS]}}),
 	't',
 	'after restart: old IDs are at or below restart_floor, new IDs above it');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM leaf_worker'), '3', 'after restart: no new leaf_worker row');
@@ -149,15 +104,10 @@ is($node->safe_psql('postgres', 'SELECT count(*) FROM leaf_worker'), '3', 'after
 $node->append_conf('postgresql.conf', "leaf_id.node_name = 'second-node'\n");
 $node->restart;
 first_ids_after_restart($node, 3, 'second node name');
-$node->safe_psql('postgres',
-	'INSERT INTO ids SELECT 3, leaf_snowflake_next() FROM generate_series(1, 5000)');
-is( $node->safe_psql(
-		'postgres', q{
-SELECT string_agg(DISTINCT d.worker_id::text, ',')
-FROM ids, LATERAL leaf_snowflake_decode(id) d WHERE phase = 3}),
+is(draw_phase($node, 3),
 	'3',
 	'another node name claims the next free worker id, 3 (decode)');
-is($node->safe_psql('postgres', 'SELECT worker_id, worker_id_source, node_name FROM leaf_snowflake_status'),
+is(snowflake_status($node, 'worker_id, worker_id_source, node_name'),
 	"3|leaf_worker|second-node", 'second node name: status worker id 3, node name second-node');
 is( $node->safe_psql(
 		'postgres', q{SELECT worker_id, node_name FROM leaf_worker ORDER BY worker_id}),
@@ -168,18 +118,12 @@ is( $node->safe_psql(
 $node->append_conf('postgresql.conf', "leaf_id.node_name = ''\n");
 $node->restart;
 first_ids_after_restart($node, 4, 'back to the first name');
-$node->safe_psql('postgres',
-	'INSERT INTO ids SELECT 4, leaf_snowflake_next() FROM generate_series(1, 5000)');
-is( $node->safe_psql(
-		'postgres', q{
-SELECT string_agg(DISTINCT d.worker_id::text, ',')
-FROM ids, LATERAL leaf_snowflake_decode(id) d WHERE phase = 4}),
+is(draw_phase($node, 4),
 	'2',
 	'back to the first name: worker id 2 again');
-check_phase_above($node, 4, '1,2', 'back to the first name');
+check_phase_above($node, 4, '1, 2', 'back to the first name');
 
-is($node->safe_psql('postgres', 'SELECT count(*) - count(DISTINCT id) FROM ids'),
-	'0', 'no ID was issued twice over all phases');
+is(repeated_ids($node), '0', 'no ID was issued twice over all phases');
 
 $node->stop;
 done_testing();

@@ -11,36 +11,19 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-
-# Run SQL with verbose errors. Returns (rc, stdout, stderr, sqlstate).
-sub try_sql
-{
-	my ($node, $sql) = @_;
-	my ($out, $err) = ('', '');
-	my $rc = $node->psql(
-		'postgres', "\\set VERBOSITY verbose\n$sql",
-		stdout => \$out,
-		stderr => \$err,
-		timeout => 60);
-	my ($state) = $err =~ /ERROR:\s+([0-9A-Z]{5}):/;
-	return ($rc, $out, $err, $state);
-}
+use lib $ENV{LEAF_ID_TAP_ROOT} . '/tests/tap';
+use SnowflakeTap;
 
 sub rollback_events
 {
 	my $node = shift;
-	return $node->safe_psql('postgres', 'SELECT rollback_events FROM leaf_snowflake_status');
+	return snowflake_status($node, 'rollback_events');
 }
 
-my $node = PostgreSQL::Test::Cluster->new('snowflake_rollback');
-$node->init;
-$node->append_conf('postgresql.conf', <<'CONF');
-shared_preload_libraries = 'leaf_id'
+my $node = snowflake_node('snowflake_rollback', <<'CONF');
 leaf_id.worker_id = 9
 leaf_id.max_backward_ms = 5
 CONF
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION leaf_id');
 $node->safe_psql('postgres', 'CREATE TABLE ids (id bigint NOT NULL)');
 $node->safe_psql('postgres', 'INSERT INTO ids SELECT leaf_snowflake_next() FROM generate_series(1, 1000)');
 is(rollback_events($node), '0', 'no rollback events yet');
@@ -54,21 +37,21 @@ my $all_ok        = 1;
 for my $attempt (1 .. 5)
 {
 	my $before = rollback_events($node);
-	my ($rc, $out, $err, $state) = try_sql(
-		$node, q{
+	my $r = try_sql(
+		$node, 'postgres', q{
 SELECT a, b, b > a FROM (
   SELECT set_config('leaf_id.test_clock_offset_ms', '0', false) AS r0,
          leaf_snowflake_next() AS a,
          set_config('leaf_id.test_clock_offset_ms', '-3', false) AS r1,
          leaf_snowflake_next() AS b
 ) s});
-	if ($rc != 0)
+	if ($r->{ret} != 0)
 	{
 		$all_ok = 0;
-		diag "attempt $attempt failed: $err";
+		diag "attempt $attempt failed: $r->{err}";
 		next;
 	}
-	my ($a, $b, $gt) = split /\|/, $out;
+	my ($a, $b, $gt) = split /\|/, $r->{out};
 	$all_ok = 0 unless $gt eq 't';
 	$node->safe_psql('postgres', "INSERT INTO ids VALUES ($a), ($b)");
 	my $after = rollback_events($node);
@@ -84,47 +67,46 @@ ok($seen_rollback, 'clock 3 ms behind: rollback_events increased');
 
 # --- large rollback: 1000 ms ---------------------------------------------
 my $before = rollback_events($node);
-my ($rc, $out, $err, $state) = try_sql(
-	$node, q{
+my $r = try_sql(
+	$node, 'postgres', q{
 SELECT leaf_snowflake_next(),
        set_config('leaf_id.test_clock_offset_ms', '-1000', false),
        leaf_snowflake_next()});
-isnt($rc, 0, 'clock 1000 ms behind: the statement fails');
-is($state, '58000', 'clock 1000 ms behind: SQLSTATE 58000') or diag $err;
-my ($n) = $err =~ /clock moved backwards: it is (\d+) ms behind/;
+isnt($r->{ret}, 0, 'clock 1000 ms behind: the statement fails');
+is($r->{sqlstate}, '58000', 'clock 1000 ms behind: SQLSTATE 58000') or diag $r->{err};
+my ($n) = $r->{err} =~ /clock moved backwards: it is (\d+) ms behind/;
 ok(defined $n && $n > 900 && $n <= 1000,
 	'clock 1000 ms behind: the message says by how many ms (' . ($n // 'none') . ', expected 1000 minus the time between the calls)')
-  or diag $err;
-is($out, '', 'clock 1000 ms behind: no ID is returned');
+  or diag $r->{err};
+is($r->{out}, '', 'clock 1000 ms behind: no ID is returned');
 cmp_ok(rollback_events($node), '>', $before, 'clock 1000 ms behind: rollback_events increased');
 
 # The same in a session that stays behind: every call fails, nothing inserted.
 my $count_before = $node->safe_psql('postgres', 'SELECT count(*) FROM ids');
-($rc, $out, $err, $state) = try_sql(
-	$node, q{
+$r = try_sql(
+	$node, 'postgres', q{
 SELECT leaf_snowflake_next();
 SET leaf_id.test_clock_offset_ms = -1000;
 INSERT INTO ids SELECT leaf_snowflake_next() FROM generate_series(1, 100);});
-is($state, '58000', 'INSERT with the clock 1000 ms behind: SQLSTATE 58000') or diag $err;
-like($err, qr/clock moved backwards: it is \d+ ms behind/, 'INSERT with the clock 1000 ms behind: message');
+is($r->{sqlstate}, '58000', 'INSERT with the clock 1000 ms behind: SQLSTATE 58000') or diag $r->{err};
+like($r->{err}, qr/clock moved backwards: it is \d+ ms behind/, 'INSERT with the clock 1000 ms behind: message');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM ids'), $count_before, 'no row was inserted');
 
 # Beyond max_backward_ms (60 ms > 5 ms): refused, not waited out.
-($rc, $out, $err, $state) = try_sql(
-	$node, q{
+$r = try_sql(
+	$node, 'postgres', q{
 SELECT leaf_snowflake_next(),
        set_config('leaf_id.test_clock_offset_ms', '-60', false),
        leaf_snowflake_next()});
-is($state, '58000', 'clock 60 ms behind (max_backward_ms 5): SQLSTATE 58000') or diag $err;
-is($out, '', 'clock 60 ms behind: no ID is returned');
+is($r->{sqlstate}, '58000', 'clock 60 ms behind (max_backward_ms 5): SQLSTATE 58000') or diag $r->{err};
+is($r->{out}, '', 'clock 60 ms behind: no ID is returned');
 
 # --- back on time: IDs continue above everything before --------------------
-($rc, $out, $err, $state) = try_sql($node,
+$r = try_sql($node, 'postgres',
 	'SELECT leaf_snowflake_next() > (SELECT max(id) FROM ids)');
-is($out, 't', 'clock back on time: the next ID is larger than every ID before') or diag $err;
+is($r->{out}, 't', 'clock back on time: the next ID is larger than every ID before') or diag $r->{err};
 $node->safe_psql('postgres', 'INSERT INTO ids SELECT leaf_snowflake_next() FROM generate_series(1, 1000)');
-is($node->safe_psql('postgres', 'SELECT count(*) - count(DISTINCT id) FROM ids'),
-	'0', 'no ID was issued twice');
+is(repeated_ids($node), '0', 'no ID was issued twice');
 
 $node->stop;
 done_testing();

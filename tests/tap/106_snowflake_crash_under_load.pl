@@ -12,34 +12,14 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use IPC::Run;
 use Time::HiRes qw(time usleep);
+use lib $ENV{LEAF_ID_TAP_ROOT} . '/tests/tap';
+use SnowflakeTap;
 
-use constant LEAF_EPOCH_MS => 1288834974657;
-
-# Run SQL with verbose errors. Returns (rc, stdout, stderr, sqlstate).
-sub try_sql
-{
-	my ($node, $sql) = @_;
-	my ($out, $err) = ('', '');
-	my $rc = $node->psql(
-		'postgres', "\\set VERBOSITY verbose\n$sql",
-		stdout => \$out,
-		stderr => \$err,
-		timeout => 60);
-	my ($state) = $err =~ /ERROR:\s+([0-9A-Z]{5}):/;
-	return ($rc, $out, $err, $state);
-}
-
-my $node = PostgreSQL::Test::Cluster->new('snowflake_crash');
-$node->init;
-$node->append_conf('postgresql.conf', <<'CONF');
-shared_preload_libraries = 'leaf_id'
+my $node = snowflake_node('snowflake_crash', <<'CONF', <<'SQL');
 log_statement = none
 leaf_id.lease_ahead = 3000
 leaf_id.heartbeat_interval = 1000
 CONF
-$node->start;
-$node->safe_psql('postgres', <<'SQL');
-CREATE EXTENSION leaf_id;
 CREATE TABLE ids (phase int NOT NULL, id bigint NOT NULL);
 SQL
 
@@ -54,11 +34,9 @@ sub start_pgbench
 {
 	my ($phase, $seconds) = @_;
 	my ($out, $err) = ('', '');
-	my @cmd = (
-		'pgbench', '-n', '-c', '4', '-j', '2', '-T', $seconds, '-M', 'prepared',
-		'-h', $node->host, '-p', $node->port,
-		'-f', $node->basedir . "/insert_$phase.sql", 'postgres');
-	my $h = IPC::Run::start(\@cmd, '>', \$out, '2>', \$err,
+	my $cmd = pgbench_command($node, $node->basedir . "/insert_$phase.sql",
+		'-c', '4', '-j', '2', '-T', $seconds, '-M', 'prepared');
+	my $h = IPC::Run::start($cmd, '>', \$out, '2>', \$err,
 		IPC::Run::timeout($seconds + 60));
 	return ($h, \$out, \$err);
 }
@@ -91,29 +69,18 @@ sub load_and_crash
 sub first_insert_after_restart
 {
 	my $phase = shift;
-	my $t0    = time;
-	my @errors;
-	while (time - $t0 < 15)
+	my $r = repeat_sql($node, "INSERT INTO ids VALUES ($phase, leaf_snowflake_next())",
+		seconds => 15);
+	if ($r->{ok})
 	{
-		my ($rc, $out, $err, $state) =
-		  try_sql($node, "INSERT INTO ids VALUES ($phase, leaf_snowflake_next())");
-		if ($rc == 0)
-		{
-			ok(1, sprintf('phase %d: first insert after the restart succeeded after %.1f s, %d refusals',
-				$phase, time - $t0, scalar @errors));
-			my @other = grep {
-				!($_->[0] eq '58000'
-					&& $_->[1] =~ /behind the snowflake high-water mark persisted before the last restart/)
-			} @errors;
-			is(scalar(@other), 0, "phase $phase: refusals meanwhile were only 58000 behind the persisted mark")
-			  or diag explain \@other;
-			return;
-		}
-		push @errors, [ $state // 'none', $err ];
-		usleep(100_000);
+		ok(1, sprintf('phase %d: first insert after the restart succeeded after %.1f s, %d refusals',
+			$phase, $r->{seconds}, scalar @{ $r->{errors} }));
+		only_behind_mark_refusals($r->{errors},
+			"phase $phase: refusals meanwhile were only 58000 behind the persisted mark");
+		return;
 	}
 	fail("phase $phase: no insert succeeded within 15 s after the restart");
-	diag explain \@errors;
+	diag explain $r->{errors};
 }
 
 sub check_after_restart
@@ -122,12 +89,11 @@ sub check_after_restart
 	my $prev = $phase - 1;
 	cmp_ok(count_phase($prev), '>=', $committed_before,
 		"phase $prev: every row committed before the crash survived");
-	my ($ok_floor) = $node->safe_psql(
-		'postgres', qq{
-SELECT restart_floor IS NOT NULL
+	my ($ok_floor) = snowflake_status(
+		$node, qq{
+restart_floor IS NOT NULL
    AND (SELECT max(id) FROM ids WHERE phase = $prev) >> 22
-       <= (extract(epoch FROM restart_floor) * 1000)::bigint - @{[LEAF_EPOCH_MS]}
-FROM leaf_snowflake_status});
+       <= (extract(epoch FROM restart_floor) * 1000)::bigint - @{[LEAF_EPOCH_MS]}});
 	is($ok_floor, 't', "phase $prev: its IDs are at or below the restart floor (the mark persisted before the crash)");
 }
 
@@ -152,22 +118,18 @@ ok($finished && $h->result(0) == 0, 'phase 3: pgbench without errors after the r
 my $counts = $node->safe_psql('postgres',
 	q{SELECT string_agg(phase || ':' || n, ' ' ORDER BY phase) FROM (SELECT phase, count(*) n FROM ids GROUP BY phase) s});
 note "rows per phase: $counts";
-is($node->safe_psql('postgres', 'SELECT count(*) - count(DISTINCT id) FROM ids'),
-	'0', 'no ID was issued twice over the crashes');
+is(repeated_ids($node), '0', 'no ID was issued twice over the crashes');
 for my $phase (2 .. 3)
 {
 	my $prev = $phase - 1;
-	is( $node->safe_psql(
-			'postgres', qq{
-SELECT (SELECT min(id) FROM ids WHERE phase = $phase) > (SELECT max(id) FROM ids WHERE phase < $phase)}),
+	is(phase_above($node, $phase, 1 .. $prev),
 		't',
 		"every ID of phase $phase (after crash $prev) is larger than every ID before");
 }
-my $floor_ok = $node->safe_psql(
-	'postgres', q{
-SELECT (SELECT min(id) FROM ids WHERE phase = 3) >> 22
-       > (extract(epoch FROM restart_floor) * 1000)::bigint - 1288834974657
-FROM leaf_snowflake_status});
+my $floor_ok = snowflake_status(
+	$node, qq{
+(SELECT min(id) FROM ids WHERE phase = 3) >> 22
+       > (extract(epoch FROM restart_floor) * 1000)::bigint - @{[LEAF_EPOCH_MS]}});
 is($floor_ok, 't', 'IDs after the last restart are above its restart floor');
 is($node->safe_psql('postgres',
 		'SELECT count(DISTINCT d.worker_id) FROM ids, LATERAL leaf_snowflake_decode(id) d'),

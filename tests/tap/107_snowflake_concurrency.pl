@@ -10,20 +10,16 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use IPC::Run;
+use lib $ENV{LEAF_ID_TAP_ROOT} . '/tests/tap';
+use SnowflakeTap;
 
 use constant SESSIONS => 8;
 use constant PER_SESSION => 150_000;
 
-my $node = PostgreSQL::Test::Cluster->new('snowflake_concurrency');
-$node->init;
-$node->append_conf('postgresql.conf', <<'CONF');
-shared_preload_libraries = 'leaf_id'
+my $node = snowflake_node('snowflake_concurrency', <<'CONF', <<'SQL');
 log_statement = none
 max_connections = 40
 CONF
-$node->start;
-$node->safe_psql('postgres', <<'SQL');
-CREATE EXTENSION leaf_id;
 CREATE UNLOGGED TABLE ids (session int NOT NULL, seq_no int NOT NULL, id bigint NOT NULL);
 CREATE UNLOGGED TABLE bench (client int NOT NULL, stmt int NOT NULL, g int NOT NULL, id bigint NOT NULL);
 SQL
@@ -82,9 +78,8 @@ is( $node->safe_psql(
 SELECT max(lo) < min(hi) FROM (SELECT min(id) lo, max(id) hi FROM ids GROUP BY session) s}),
 	't',
 	'the sessions ran concurrently (their ID ranges overlap)');
-note 'status: ' . $node->safe_psql('postgres',
-	'SELECT rollback_events, sequence_waits FROM leaf_snowflake_status');
-is($node->safe_psql('postgres', 'SELECT rollback_events FROM leaf_snowflake_status'),
+note 'status: ' . snowflake_status($node, 'rollback_events, sequence_waits');
+is(snowflake_status($node, 'rollback_events'),
 	'0', 'no false clock-rollback events under concurrency');
 
 # --- pgbench -c 8: many short transactions -----------------------------------
@@ -98,11 +93,8 @@ INSERT INTO bench SELECT :client_id, :n, g, leaf_snowflake_next() FROM generate_
 BENCH
 my ($bout, $berr) = ('', '');
 my $ok = IPC::Run::run(
-	[
-		'pgbench', '-n', '-c', SESSIONS, '-j', '2', '-T', '5', '-M', 'prepared', '-D', 'n=0',
-		'-h', $node->host, '-p', $node->port,
-		'-f', $node->basedir . '/bench.sql', 'postgres'
-	],
+	pgbench_command($node, $node->basedir . '/bench.sql',
+		'-c', SESSIONS, '-j', '2', '-T', '5', '-M', 'prepared', '-D', 'n=0'),
 	'>', \$bout, '2>', \$berr, IPC::Run::timeout(120));
 ok($ok, 'pgbench -c 8 ran without errors') or diag $berr;
 my $bench = $node->safe_psql('postgres', 'SELECT count(*), count(DISTINCT id), count(DISTINCT client) FROM bench');

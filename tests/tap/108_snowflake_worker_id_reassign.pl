@@ -16,63 +16,32 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(time usleep);
+use Time::HiRes qw(time);
+use lib $ENV{LEAF_ID_TAP_ROOT} . '/tests/tap';
+use SnowflakeTap;
 
-use constant LEAF_EPOCH_MS => 1288834974657;
-
-# Run SQL with verbose errors. Returns (rc, stdout, stderr, sqlstate).
-sub try_sql
-{
-	my ($node, $sql) = @_;
-	my ($out, $err) = ('', '');
-	my $rc = $node->psql(
-		'postgres', "\\set VERBOSITY verbose\n$sql",
-		stdout => \$out,
-		stderr => \$err,
-		timeout => 60);
-	my ($state) = $err =~ /ERROR:\s+([0-9A-Z]{5}):/;
-	return ($rc, $out, $err, $state);
-}
-
-my $node = PostgreSQL::Test::Cluster->new('snowflake_reassign');
-$node->init;
-$node->append_conf('postgresql.conf', <<'CONF');
-shared_preload_libraries = 'leaf_id'
+my $node = snowflake_node('snowflake_reassign', <<'CONF', <<'SQL');
 log_statement = none
 leaf_id.random_sequence_start = off
 CONF
-$node->start;
-$node->safe_psql('postgres', <<'SQL');
-CREATE EXTENSION leaf_id;
 CREATE TABLE ids (phase int NOT NULL, id bigint NOT NULL);
 SQL
-my $first_node = $node->safe_psql('postgres',
-	q{SELECT system_identifier || ':' || current_setting('port') FROM pg_control_system()});
+my $first_node = default_node_name($node);
 
 # --- phase 1: claimed worker id 0, IDs over about 3 s -----------------------
-my $batches = join("\n",
-	map { "INSERT INTO ids SELECT 1, leaf_snowflake_next() FROM generate_series(1, 2000); SELECT pg_sleep(0.05);" }
-	  1 .. 40);
-$node->safe_psql('postgres', $batches);
-is($node->safe_psql('postgres', 'SELECT worker_id, worker_id_source FROM leaf_snowflake_status'),
+draw_spread($node, 1, 40, 2000, 0.05);
+is(snowflake_status($node, 'worker_id, worker_id_source'),
 	'0|leaf_worker', 'phase 1: worker id 0 claimed from leaf_worker');
-my ($p1_min_ms, $p1_max_ms) = split /\|/, $node->safe_psql('postgres',
-	'SELECT (min(id) >> 22) + ' . LEAF_EPOCH_MS . ', (max(id) >> 22) + ' . LEAF_EPOCH_MS
-	  . ' FROM ids WHERE phase = 1');
+my ($p1_min_ms, $p1_max_ms) = phase_ms_range($node, 1);
 note sprintf('phase 1 spans %d ms', $p1_max_ms - $p1_min_ms);
 
 # --- phase 2: the same node, now configured with worker id 5 -----------------
 $node->append_conf('postgresql.conf', "leaf_id.worker_id = 5\n");
 $node->restart;
-my ($rc, $out, $err, $state);
-for (1 .. 100)
-{
-	($rc, $out, $err, $state) = try_sql($node, 'INSERT INTO ids SELECT 2, leaf_snowflake_next() RETURNING id');
-	last if $rc == 0;
-	usleep(100_000);
-}
-is($rc, 0, 'phase 2: configured worker id 5 issues IDs') or diag $err;
-is($node->safe_psql('postgres', 'SELECT worker_id, worker_id_source FROM leaf_snowflake_status'),
+my $r = repeat_sql($node, 'INSERT INTO ids SELECT 2, leaf_snowflake_next() RETURNING id',
+	seconds => 15);
+is($r->{last}{ret}, 0, 'phase 2: configured worker id 5 issues IDs') or diag $r->{last}{err};
+is(snowflake_status($node, 'worker_id, worker_id_source'),
 	'5|setting', 'phase 2: worker id 5 from the setting');
 my $registry = $node->safe_psql('postgres', 'SELECT worker_id, node_name, last_timestamp FROM leaf_worker ORDER BY 1');
 note "leaf_worker after the move:\n$registry";
@@ -87,28 +56,17 @@ $node->append_conf('postgresql.conf',
 	"leaf_id.node_name = 'lagging-node'\nleaf_id.test_clock_offset_ms = $offset\n");
 $node->restart;
 
-my $t0 = time;
-my ($issued, @errors) = (0);
-while (time - $t0 < 8)
-{
-	($rc, $out, $err, $state) = try_sql($node,
-		'INSERT INTO ids SELECT 3, leaf_snowflake_next() FROM generate_series(1, 20000)');
-	if ($rc == 0) { $issued++; }
-	else { push @errors, [ $state // 'none', $err ]; usleep(100_000); }
-	last if $issued >= 25;
-}
-my $claimed = $node->safe_psql('postgres', 'SELECT worker_id FROM leaf_snowflake_status');
+$r = repeat_sql($node, 'INSERT INTO ids SELECT 3, leaf_snowflake_next() FROM generate_series(1, 20000)',
+	seconds => 8, successes => 25);
+my ($issued, @errors) = ($r->{ok}, @{ $r->{errors} });
+my $claimed = snowflake_status($node, 'worker_id');
 note "lagging node: worker id $claimed, $issued batches issued, " . scalar(@errors) . ' refused';
 note 'first refusal: ' . $errors[0][1] if @errors;
 
-my ($dups) = $node->safe_psql('postgres',
-	'SELECT count(*) FROM ids a JOIN ids b USING (id) WHERE a.phase = 1 AND b.phase = 3');
-is($dups, '0', 'no ID of phase 1 was handed out again by the node that took over worker id 0');
+is(shared_ids($node, 1, 3), '0', 'no ID of phase 1 was handed out again by the node that took over worker id 0');
 if ($claimed eq '0' && $issued > 0)
 {
-	is( $node->safe_psql(
-			'postgres', q{
-SELECT (SELECT min(id) FROM ids WHERE phase = 3) > (SELECT max(id) FROM ids WHERE phase = 1)}),
+	is(phase_above($node, 3, 1),
 		't',
 		'worker id 0 again: its new IDs are all above the IDs it issued before');
 }
