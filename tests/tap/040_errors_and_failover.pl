@@ -31,6 +31,29 @@ use SegmentTap;
 	$node->stop;
 }
 
+# --- an invalid epoch stops the server at start, with a clear message
+{
+	my $node = PostgreSQL::Test::Cluster->new('bad_epoch');
+	$node->init;
+	my $future = int(time() * 1000) + 86_400_000;
+	for my $case ([ $future, qr/leaf_id\.epoch_ms = $future is in the future/ ],
+		# (a non-negative epoch cannot have run out of its 41 bits before 2039)
+		[ '-5', qr/leaf_id\.epoch_ms = -5 is in the future or negative/ ],
+		[ 'soon', qr/leaf_id\.epoch_ms = "soon" is not a number/ ])
+	{
+		my ($value, $message) = @$case;
+		$node->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'leaf_id'
+leaf_id.epoch_ms = '$value'
+lc_messages = 'C'
+});
+		my $log_offset = -s $node->logfile || 0;
+		ok(!$node->start(fail_ok => 1), "epoch $value: the server refuses to start");
+		my $log = slurp_file($node->logfile, $log_offset);
+		like($log, $message, "epoch $value: the log says why");
+	}
+}
+
 # --- no worker slot: all max_worker_processes taken by nothing else is hard to
 # arrange; with max_worker_processes = 0 no dynamic worker can start
 {
