@@ -36,8 +36,11 @@ fn random() -> i64 {
     }
 }
 
+/// The epoch, parsed once per process: it is a server-start setting,
+/// validated when the library is preloaded.
 pub fn epoch() -> i64 {
-    settings::epoch_ms().unwrap_or(layout::LEAF_EPOCH_MS)
+    static EPOCH: once_cell::sync::OnceCell<i64> = once_cell::sync::OnceCell::new();
+    *EPOCH.get_or_init(|| settings::epoch_ms().unwrap_or(layout::LEAF_EPOCH_MS))
 }
 
 /// Validate the epoch setting at server start.

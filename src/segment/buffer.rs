@@ -227,7 +227,8 @@ impl SegmentPair {
 mod tests {
     use super::*;
     use std::collections::HashSet;
-    use std::sync::{Arc, Mutex};
+    use parking_lot::Mutex;
+    use std::sync::Arc;
 
     #[test]
     fn empty_pair_is_exhausted_and_targets_current() {
@@ -334,7 +335,7 @@ mod tests {
                 *next += STEP;
             }
         };
-        refill(&pair, &mut lock.lock().unwrap());
+        refill(&pair, &mut lock.lock());
         let threads: Vec<_> = (0..4)
             .map(|_| {
                 let pair = pair.clone();
@@ -345,7 +346,7 @@ mod tests {
                         match pair.take() {
                             Take::Id { id, .. } => got.push(id),
                             _ => {
-                                let mut next = lock.lock().unwrap();
+                                let mut next = lock.lock();
                                 pair.on_exhausted();
                                 refill(&pair, &mut next);
                             }
@@ -363,7 +364,7 @@ mod tests {
                 max_start = max_start.max(id);
             }
         }
-        assert!(max_start < *lock.lock().unwrap(), "id outside every published range");
+        assert!(max_start < *lock.lock(), "id outside every published range");
         assert_eq!(all.len(), 4 * PER_THREAD);
     }
 }
