@@ -13,6 +13,8 @@ use std::sync::atomic::Ordering::SeqCst;
 thread_local! {
     /// tag -> (slot, epoch): valid while the slot's epoch is unchanged.
     static SLOT_CACHE: RefCell<HashMap<String, (usize, u64)>> = RefCell::new(HashMap::new());
+    /// The last tag looked up, in front of the map.
+    static LAST_TAG: RefCell<Option<(String, (usize, u64))>> = const { RefCell::new(None) };
 }
 
 fn validate_tag(tag: Option<&str>) -> &str {
@@ -22,7 +24,8 @@ fn validate_tag(tag: Option<&str>) -> &str {
     if tag.is_empty() {
         raise(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, "leaf_id tag must not be empty", None);
     }
-    let chars = tag.chars().count();
+    // bytes bound characters from above: count only long tags
+    let chars = if tag.len() <= TAG_MAX_CHARS { tag.len() } else { tag.chars().count() };
     if chars > TAG_MAX_CHARS {
         raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
@@ -34,6 +37,16 @@ fn validate_tag(tag: Option<&str>) -> &str {
 }
 
 fn cached_slot(sh: &Shared, dboid: u32, tag: &str) -> (usize, u64) {
+    // most calls repeat the previous tag (a column default, a bulk insert)
+    if let Some(hit) = LAST_TAG.with(|l| l.borrow().as_ref().filter(|(t, _)| t == tag).map(|(_, hit)| *hit)) {
+        return hit;
+    }
+    let hit = cached_slot_by_map(sh, dboid, tag);
+    LAST_TAG.with(|l| *l.borrow_mut() = Some((tag.to_string(), hit)));
+    hit
+}
+
+fn cached_slot_by_map(sh: &Shared, dboid: u32, tag: &str) -> (usize, u64) {
     if let Some(hit) = SLOT_CACHE.with(|c| c.borrow().get(tag).copied()) {
         return hit;
     }
@@ -60,6 +73,7 @@ fn cached_slot(sh: &Shared, dboid: u32, tag: &str) -> (usize, u64) {
 }
 
 fn forget(tag: &str) {
+    LAST_TAG.with(|l| *l.borrow_mut() = None);
     SLOT_CACHE.with(|c| c.borrow_mut().remove(tag));
 }
 
