@@ -1,0 +1,509 @@
+#!/usr/bin/env python3
+"""Run the leaf_id benchmark suite against a running cluster and write the
+raw results as JSON (scripts/bench_report.py turns them into docs/).
+
+Started by scripts/bench.sh, which owns the cluster. Every figure is measured
+BENCH_REPS times; within each repetition the competitors run one after the
+other (rep 1: A B C ..., rep 2: A B C ...), so machine noise hits all alike.
+Medians are taken by the report.
+
+Usage: bench_run.py OUT.json   (settings from BENCH_* environment variables)
+"""
+import bisect
+import glob
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+
+PGBIN = "/usr/lib/postgresql/15/bin"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def env_str(name, default):
+    v = os.environ.get(name, "")
+    return v if v.strip() else default
+
+
+QUICK = env_str("BENCH_QUICK", "0") not in ("0", "", "no", "false")
+
+
+def env_int(name, full, quick):
+    v = os.environ.get(name, "").replace("_", "").replace(",", "")
+    return int(v) if v.strip() else (quick if QUICK else full)
+
+
+P = {
+    "quick": QUICK,
+    "port": env_int("BENCH_PORT", 28870, 28870),
+    "db": "bench",
+    # 1. bulk, one session
+    "n": env_int("BENCH_N", 5_000_000, 500_000),
+    # pgbench run length (seconds) for sections 2, 3 and 5
+    "seconds": env_int("BENCH_SECONDS", 5, 1),
+    "reps": env_int("BENCH_REPS", 3, 3),
+    # 2. scaling
+    "clients": [int(x) for x in env_str("BENCH_CLIENTS", "1 8 16" if QUICK else "1 2 4 8 16").split()],
+    "batch": env_int("BENCH_BATCH", 10_000, 10_000),
+    # 3. round trips
+    "rt_clients": env_int("BENCH_RT_CLIENTS", 8, 8),
+    # 4. inserts
+    "insert_rows": env_int("BENCH_INSERT_ROWS", 1_000_000, 100_000),
+    # 5. refill pressure
+    "refill_clients": env_int("BENCH_REFILL_CLIENTS", 8, 8),
+    "refill_batch": env_int("BENCH_REFILL_BATCH", 1_000, 1_000),
+    "refill_steps": [int(x) for x in env_str("BENCH_REFILL_STEPS", "10 100 1000").split()],
+    # step of the tag 't' used everywhere else
+    "seg_step": env_int("BENCH_SEG_STEP", 1_000, 1_000),
+    "sections": env_str("BENCH_SECTIONS", "bulk scaling roundtrip insert refill").split(),
+    "work": env_str("BENCH_WORK", os.path.join(ROOT, "target", "bench-work")),
+}
+if P["reps"] < 1:
+    sys.exit("BENCH_REPS must be at least 1")
+
+# Competitors that can be drawn in a SELECT: key, label, SQL expression.
+GENERATORS = [
+    ("segment", "leaf_segment_next('t')", "leaf_segment_next('t')"),
+    ("snowflake", "leaf_snowflake_next()", "leaf_snowflake_next()"),
+    ("nextval_c1", "nextval, CACHE 1", "nextval('s1')"),
+    ("nextval_c1000", "nextval, CACHE 1000", "nextval('s1000')"),
+    ("uuid", "gen_random_uuid()", "gen_random_uuid()"),
+    ("floor", "floor: count(g)", "g"),
+]
+LABELS = {k: label for k, label, _ in GENERATORS}
+
+# One ID per round trip: the floor is SELECT 1.
+ROUNDTRIP = [(k, f"SELECT {e}" if k != "floor" else "SELECT 1") for k, _, e in GENERATORS]
+
+# Inserts: key, column definition of id, INSERT statement (NROWS replaced).
+INS_DEFAULT = "INSERT INTO bench_ins (v) SELECT g FROM generate_series(1, NROWS) g"
+INSERTS = [
+    ("segment", "id bigint PRIMARY KEY DEFAULT leaf_segment_next('t')", INS_DEFAULT),
+    ("snowflake", "id bigint PRIMARY KEY DEFAULT leaf_snowflake_next()", INS_DEFAULT),
+    ("identity", "id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY", INS_DEFAULT),
+    ("nextval_c1", "id bigint PRIMARY KEY DEFAULT nextval('s1')", INS_DEFAULT),
+    ("nextval_c1000", "id bigint PRIMARY KEY DEFAULT nextval('s1000')", INS_DEFAULT),
+    ("uuid", "id uuid PRIMARY KEY DEFAULT gen_random_uuid()", INS_DEFAULT),
+    ("floor", "id bigint PRIMARY KEY",
+     "INSERT INTO bench_ins (id, v) SELECT g, g FROM generate_series(1, NROWS) g"),
+]
+
+ERRORS = []
+
+
+def log(msg):
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def note_error(where, msg):
+    msg = msg.strip()
+    ERRORS.append({"where": where, "error": msg[-2000:]})
+    log(f"ERROR in {where}: {msg[-500:]}")
+
+
+class BenchError(Exception):
+    pass
+
+
+def conn_args():
+    return ["-h", "127.0.0.1", "-p", str(P["port"]), "-U", "postgres"]
+
+
+def psql(sql, db=None, timeout=3600):
+    """Run SQL through psql (unaligned, tuples only, '|' separated); stdout."""
+    r = subprocess.run(
+        [f"{PGBIN}/psql", "-X", "-q", "-At", "-F", "|", "-v", "ON_ERROR_STOP=1",
+         *conn_args(), "-d", db or P["db"]],
+        input=sql, capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise BenchError(f"psql exit {r.returncode}: {r.stderr.strip()}\n-- SQL:\n{sql.strip()[:600]}")
+    return r.stdout
+
+
+def tagged(out, tag):
+    """Fields of the output line that starts with 'tag|'."""
+    for line in out.splitlines():
+        parts = line.split("|")
+        if parts[0] == tag:
+            return parts[1:]
+    raise BenchError(f"no '{tag}' line in psql output:\n{out[:600]}")
+
+
+def counters_sql(tag="t"):
+    return (f"(SELECT coalesce(sum(waits), 0) FROM leaf_segment_status WHERE tag = '{tag}'), "
+            f"(SELECT coalesce(sum(refills), 0) FROM leaf_segment_status WHERE tag = '{tag}'), "
+            f"(SELECT coalesce(max(dynamic_step), 0) FROM leaf_segment_status WHERE tag = '{tag}'), "
+            "(SELECT sequence_waits FROM leaf_snowflake_status)")
+
+
+def counters(tag="t"):
+    f = tagged(psql(f"SELECT 'c', {counters_sql(tag)};"), "c")
+    return {"seg_waits": int(f[0]), "seg_refills": int(f[1]), "seg_step": int(f[2]), "sf_waits": int(f[3])}
+
+
+def delta(a, b):
+    return {"seg_waits": b["seg_waits"] - a["seg_waits"], "seg_refills": b["seg_refills"] - a["seg_refills"],
+            "seg_step_after": b["seg_step"], "sf_waits": b["sf_waits"] - a["sf_waits"]}
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+# ---------------------------------------------------------------- machine
+
+def machine_info():
+    info = {}
+    with open("/proc/cpuinfo") as f:
+        m = re.search(r"^model name\s*:\s*(.*)$", f.read(), re.M)
+    info["cpu"] = m.group(1).strip() if m else "unknown"
+    info["cores"] = os.cpu_count()
+    with open("/proc/meminfo") as f:
+        m = re.search(r"^MemTotal:\s*(\d+) kB", f.read(), re.M)
+    info["memory_gib"] = round(int(m.group(1)) / 1024 / 1024, 1) if m else None
+    try:
+        with open("/sys/devices/system/clocksource/clocksource0/current_clocksource") as f:
+            info["clocksource"] = f.read().strip()
+    except OSError:
+        info["clocksource"] = "unknown"
+    r = subprocess.run([f"{PGBIN}/pg_test_timing", "-d", "1"], capture_output=True, text=True)
+    m = re.search(r"Per loop time including overhead:\s*([\d.]+)\s*ns", r.stdout)
+    info["clock_read_ns"] = float(m.group(1)) if m else None
+    info["kernel"] = os.uname().release
+    info["pg_version"] = psql("SELECT version();").strip()
+    git = lambda *a: subprocess.run(["git", "-C", ROOT, *a], capture_output=True, text=True).stdout.strip()
+    info["commit"] = git("rev-parse", "HEAD")
+    info["commit_subject"] = git("log", "-1", "--format=%s")
+    dirty = git("status", "--porcelain", "--", "src", "sql", "Cargo.toml", "Cargo.lock", "leaf_id.control")
+    info["source_dirty"] = bool(dirty)
+    info["leaf_id_version"] = psql("SELECT extversion FROM pg_extension WHERE extname = 'leaf_id';").strip()
+    return info
+
+
+def server_settings():
+    names = ["max_connections", "max_worker_processes", "shared_buffers", "work_mem", "fsync",
+             "synchronous_commit", "wal_level", "max_wal_size", "checkpoint_timeout", "autovacuum", "jit",
+             "max_parallel_workers_per_gather",
+             "shared_preload_libraries"]
+    rows = psql("SELECT name, current_setting(name) FROM pg_settings WHERE name = ANY(ARRAY["
+                + ",".join(f"'{n}'" for n in names) + "]) OR name LIKE 'leaf\\_id.%' ORDER BY name;")
+    return dict(line.split("|", 1) for line in rows.splitlines())
+
+
+# ---------------------------------------------------------------- setup
+
+def setup():
+    psql(f"DROP DATABASE IF EXISTS {P['db']} WITH (FORCE);", db="postgres")
+    psql(f"CREATE DATABASE {P['db']};", db="postgres")
+    psql(f"""
+CREATE EXTENSION leaf_id;
+INSERT INTO leaf_alloc (biz_tag, step, description) VALUES ('t', {P['seg_step']}, 'benchmark tag');
+CREATE SEQUENCE s1 CACHE 1;
+CREATE SEQUENCE s1000 CACHE 1000;
+CREATE FUNCTION bench_time(q text, OUT us double precision, OUT n bigint) LANGUAGE plpgsql AS $f$
+DECLARE t0 timestamptz;
+BEGIN
+  t0 := clock_timestamp();
+  EXECUTE q INTO n;
+  us := extract(epoch FROM clock_timestamp() - t0) * 1e6;
+END $f$;
+""")
+    # first use starts the database's worker, claims the snowflake worker id
+    # and loads the tag: not part of any measurement.
+    out = psql("SELECT 'w', count(leaf_segment_next('t')), count(leaf_snowflake_next()) "
+               "FROM generate_series(1, 100000);")
+    if tagged(out, "w") != ["100000", "100000"]:
+        raise BenchError(f"warm-up returned wrong counts: {out}")
+
+
+# ---------------------------------------------------------------- 1. bulk
+
+def bench_bulk():
+    n = P["n"]
+    res = {k: [] for k, _, _ in GENERATORS}
+    for rep in range(P["reps"]):
+        for key, _, expr in GENERATORS:
+            q = f"SELECT count({expr}) FROM generate_series(1, {n}) g"
+            sql = (f"SELECT 'warm', count({expr}) FROM generate_series(1, 1000) g;\n"
+                   f"SELECT 'pre', {counters_sql()};\n"
+                   f"SELECT 'time', us, n FROM bench_time($q${q}$q$);\n"
+                   f"SELECT 'post', {counters_sql()};\n")
+            try:
+                out = psql(sql)
+                us, cnt = float(tagged(out, "time")[0]), int(tagged(out, "time")[1])
+                pre, post = [list(map(int, tagged(out, t))) for t in ("pre", "post")]
+                if cnt != n:
+                    note_error(f"bulk {key} rep {rep + 1}", f"count was {cnt}, expected {n}")
+                rec = {"us": us, "count": cnt, "seg_waits": post[0] - pre[0],
+                       "seg_refills": post[1] - pre[1], "seg_step_after": post[2], "sf_waits": post[3] - pre[3]}
+                if key == "snowflake":
+                    rec.update(snowflake_span(n))
+                res[key].append(rec)
+                log(f"bulk rep {rep + 1} {key:14s} {us * 1000 / n:8.1f} ns/ID"
+                    + (f"  (issued over {rec['span_ms']} ms of their timestamps: {rec['span_ids'] / rec['span_ms']:.0f}"
+                       f" per ms, sequence ran out in {rec['span_exhausted']} ms)" if key == "snowflake" else ""))
+            except (BenchError, subprocess.TimeoutExpired) as e:
+                note_error(f"bulk {key} rep {rep + 1}", str(e))
+    return res
+
+
+def snowflake_span(n):
+    """Draw n snowflake IDs in one query (not timed) and measure the rate in
+    the IDs' own milliseconds: the wall-clock time of a bulk query also holds
+    the loop itself (generate_series materializes its rows before the first
+    ID is drawn), the span of the IDs' timestamps only the drawing."""
+    out = psql(f"SELECT 'pre', {counters_sql()};\n"
+               f"SELECT 'span', count(*), (max(id) >> 22) - (min(id) >> 22) + 1 "
+               f"FROM (SELECT leaf_snowflake_next() AS id FROM generate_series(1, {n}) g) s;\n"
+               f"SELECT 'post', {counters_sql()};\n")
+    cnt, span = map(int, tagged(out, "span"))
+    if cnt != n:
+        note_error("bulk snowflake span", f"count was {cnt}, expected {n}")
+    pre, post = [list(map(int, tagged(out, t))) for t in ("pre", "post")]
+    return {"span_ids": cnt, "span_ms": span, "span_exhausted": post[3] - pre[3]}
+
+
+# ---------------------------------------------------------------- pgbench
+
+def pgbench(name, script, clients, log_prefix=None):
+    os.makedirs(P["work"], exist_ok=True)
+    path = os.path.join(P["work"], f"{name}.sql")
+    with open(path, "w") as f:
+        f.write(script.rstrip(";\n") + ";\n")
+    cmd = [f"{PGBIN}/pgbench", *conn_args(), "-n", "-M", "prepared", "-c", str(clients), "-j", str(clients),
+           "-T", str(P["seconds"]), "-f", path]
+    if log_prefix:
+        cmd += ["-l", f"--log-prefix={log_prefix}"]
+    cmd.append(P["db"])
+    r = subprocess.run(cmd, cwd=P["work"], capture_output=True, text=True, timeout=P["seconds"] * 20 + 300)
+    out = r.stdout + r.stderr
+    m_tps = re.search(r"^tps = ([\d.]+) \(without initial connection time\)", out, re.M)
+    m_n = re.search(r"^number of transactions actually processed: (\d+)", out, re.M)
+    m_fail = re.search(r"^number of failed transactions: (\d+)", out, re.M)
+    failed = int(m_fail.group(1)) if m_fail else 0
+    if r.returncode != 0 or not m_tps or failed:
+        raise BenchError(f"pgbench {name} (exit {r.returncode}, failed {failed}): "
+                         + "\n".join(l for l in out.splitlines() if not l.startswith("progress"))[-1500:])
+    return {"tps": float(m_tps.group(1)), "transactions": int(m_n.group(1)) if m_n else None}
+
+
+# ---------------------------------------------------------------- 2. scaling
+
+def bench_scaling():
+    b = P["batch"]
+    res = {k: {str(c): [] for c in P["clients"]} for k, _, _ in GENERATORS}
+    for rep in range(P["reps"]):
+        for c in P["clients"]:
+            for key, _, expr in GENERATORS:
+                try:
+                    pre = counters()
+                    r = pgbench(f"scale_{key}", f"SELECT count({expr}) FROM generate_series(1, {b}) g", c)
+                    r.update(delta(pre, counters()))
+                    r["ids_per_s"] = r["tps"] * b
+                    res[key][str(c)].append(r)
+                    log(f"scaling rep {rep + 1} c={c:2d} {key:14s} {r['ids_per_s'] / 1e6:8.3f} M IDs/s")
+                except (BenchError, subprocess.TimeoutExpired) as e:
+                    note_error(f"scaling {key} {c} clients rep {rep + 1}", str(e))
+    return res
+
+
+# ---------------------------------------------------------------- 3. round trips
+
+def percentile(sorted_vals, q):
+    """Nearest-rank percentile."""
+    if not sorted_vals:
+        return None
+    k = max(1, math.ceil(q * len(sorted_vals)))
+    return sorted_vals[min(k, len(sorted_vals)) - 1]
+
+
+def read_latency_log(prefix):
+    """pgbench -l files of one run -> (logged latencies, cycles), both sorted, in µs.
+
+    A line is: client_id transaction_no latency_us script_no epoch_s epoch_us.
+    The logged latency reads 0 whenever the result was already there when
+    pgbench first looked (it reads the clock lazily). The cycle is the time
+    between a client's consecutive completions: the per-call time a client
+    doing one call after another sees, independent of that effect.
+    """
+    lat, cycles, last_end = [], [], {}
+    for fn in sorted(glob.glob(prefix + ".*")):
+        with open(fn) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) < 6:
+                    continue
+                client, latency = int(parts[0]), int(parts[2])
+                end = int(parts[4]) * 1_000_000 + int(parts[5])
+                lat.append(latency)
+                if client in last_end:
+                    cycles.append(end - last_end[client])
+                last_end[client] = end
+        os.remove(fn)
+    lat.sort()
+    cycles.sort()
+    return lat, cycles
+
+
+def bench_roundtrip():
+    c = P["rt_clients"]
+    res = {k: [] for k, _ in ROUNDTRIP}
+    for rep in range(P["reps"]):
+        for key, stmt in ROUNDTRIP:
+            prefix = os.path.join(P["work"], f"rt_{key}_{rep + 1}")
+            for fn in glob.glob(prefix + ".*"):
+                os.remove(fn)
+            try:
+                pre = counters()
+                r = pgbench(f"rt_{key}", stmt, c, log_prefix=prefix)
+                r.update(delta(pre, counters()))
+                lat, cyc = read_latency_log(prefix)
+                r.update({"logged": len(lat), "lat_mean_us": sum(lat) / len(lat) if lat else None,
+                          "p50_us": percentile(lat, 0.50), "p99_us": percentile(lat, 0.99),
+                          "p999_us": percentile(lat, 0.999), "max_us": lat[-1] if lat else None,
+                          "zero_share": bisect.bisect_right(lat, 0) / len(lat) if lat else None,
+                          "cycle_mean_us": sum(cyc) / len(cyc) if cyc else None,
+                          "cycle_p50_us": percentile(cyc, 0.50), "cycle_p99_us": percentile(cyc, 0.99),
+                          "cycle_p999_us": percentile(cyc, 0.999), "cycle_max_us": cyc[-1] if cyc else None})
+                if r["transactions"] and len(lat) < r["transactions"]:
+                    note_error(f"roundtrip {key} rep {rep + 1}",
+                               f"pgbench logged {len(lat)} transactions but reported {r['transactions']}")
+                res[key].append(r)
+                log(f"roundtrip rep {rep + 1} {key:14s} {r['tps']:9.0f} TPS  cycle p99 {r['cycle_p99_us']} us  "
+                    f"p99.9 {r['cycle_p999_us']} us; logged p99 {r['p99_us']} p99.9 {r['p999_us']} us")
+            except (BenchError, subprocess.TimeoutExpired) as e:
+                note_error(f"roundtrip {key} rep {rep + 1}", str(e))
+    return res
+
+
+# ---------------------------------------------------------------- 4. inserts
+
+def bench_insert():
+    n = P["insert_rows"]
+    res = {k: [] for k, _, _ in INSERTS}
+    for rep in range(P["reps"]):
+        for key, coldef, ins in INSERTS:
+            ins = ins.replace("NROWS", str(n))
+            warm = {"segment": "leaf_segment_next('t')", "snowflake": "leaf_snowflake_next()",
+                    "nextval_c1": "nextval('s1')", "nextval_c1000": "nextval('s1000')",
+                    "uuid": "gen_random_uuid()"}.get(key, "1")
+            try:
+                psql(f"DROP TABLE IF EXISTS bench_ins; CREATE TABLE bench_ins ({coldef}, v integer NOT NULL);"
+                     " CHECKPOINT;")
+                pre = counters()
+                out = psql(f"SELECT 'warm', {warm};\n\\timing on\n{ins};\n\\timing off\n"
+                           "SELECT 'size', pg_relation_size('bench_ins_pkey'), pg_relation_size('bench_ins'), "
+                           "count(*) FROM bench_ins;\n")
+                post = counters()
+                m = re.search(r"^Time: ([\d.]+) ms", out, re.M)
+                if not m:
+                    raise BenchError(f"no timing in output: {out[:400]}")
+                idx, heap, cnt = map(int, tagged(out, "size"))
+                if cnt != n:  # the primary key has already refused any duplicate id
+                    note_error(f"insert {key} rep {rep + 1}", f"{cnt} rows, expected {n}")
+                r = {"ms": float(m.group(1)), "index_bytes": idx, "heap_bytes": heap, "rows": cnt}
+                r.update(delta(pre, post))
+                res[key].append(r)
+                log(f"insert rep {rep + 1} {key:14s} {r['ms']:9.1f} ms  pkey {idx / 1048576:6.1f} MiB")
+            except (BenchError, subprocess.TimeoutExpired) as e:
+                note_error(f"insert {key} rep {rep + 1}", str(e))
+    try:
+        psql("DROP TABLE IF EXISTS bench_ins; CHECKPOINT;")
+    except BenchError as e:
+        note_error("insert cleanup", str(e))
+    return res
+
+
+# ---------------------------------------------------------------- 5. refill pressure
+
+def set_max_step(value):
+    if value is None:
+        psql("ALTER SYSTEM RESET leaf_id.max_step; SELECT pg_reload_conf();")
+    else:
+        psql(f"ALTER SYSTEM SET leaf_id.max_step = {int(value)}; SELECT pg_reload_conf();")
+    time.sleep(0.5)  # the background worker rereads its configuration on the SIGHUP
+
+
+def bench_refill():
+    b, c = P["refill_batch"], P["refill_clients"]
+    cases = [(mode, step) for mode in ("dynamic", "pinned") for step in P["refill_steps"]]
+    res = {"tags": {f"{m}_{s}": [] for m, s in cases}, "refs": {k: [] for k, _, _ in GENERATORS}}
+    for rep in range(P["reps"]):
+        for mode, step in cases:
+            tag = f"r{step}_{mode}_{rep + 1}"
+            try:
+                psql(f"INSERT INTO leaf_alloc (biz_tag, step, description) "
+                     f"VALUES ('{tag}', {step}, 'benchmark: refill pressure');")
+                if mode == "pinned":
+                    set_max_step(step)
+                try:
+                    psql(f"SELECT leaf_segment_next('{tag}');")  # first load, not measured
+                    pre = counters(tag)
+                    r = pgbench(f"refill_{mode}_{step}",
+                                f"SELECT count(leaf_segment_next('{tag}')) FROM generate_series(1, {b}) g", c)
+                    r.update(delta(pre, counters(tag)))
+                finally:
+                    if mode == "pinned":
+                        set_max_step(None)
+                r["ids_per_s"] = r["tps"] * b
+                r["calls"] = (r["transactions"] or 0) * b
+                r["tag"] = tag
+                res["tags"][f"{mode}_{step}"].append(r)
+                log(f"refill rep {rep + 1} {mode:7s} step {step:5d} {r['ids_per_s'] / 1e6:8.3f} M IDs/s  "
+                    f"waits {r['seg_waits']}  refills {r['seg_refills']}  step now {r['seg_step_after']}")
+            except (BenchError, subprocess.TimeoutExpired) as e:
+                note_error(f"refill {mode} step {step} rep {rep + 1}", str(e))
+        for key, _, expr in GENERATORS:
+            try:
+                pre = counters()
+                r = pgbench(f"refill_ref_{key}", f"SELECT count({expr}) FROM generate_series(1, {b}) g", c)
+                r.update(delta(pre, counters()))
+                r["ids_per_s"] = r["tps"] * b
+                r["calls"] = (r["transactions"] or 0) * b
+                res["refs"][key].append(r)
+                log(f"refill rep {rep + 1} {key:15s} {r['ids_per_s'] / 1e6:8.3f} M IDs/s")
+            except (BenchError, subprocess.TimeoutExpired) as e:
+                note_error(f"refill reference {key} rep {rep + 1}", str(e))
+    return res
+
+
+# ---------------------------------------------------------------- main
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    out_path = sys.argv[1]
+    os.makedirs(P["work"], exist_ok=True)
+    t0 = time.time()
+    log(f"parameters: {json.dumps({k: v for k, v in P.items() if k != 'work'})}")
+    setup()
+    results = {"params": P, "labels": LABELS, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+               "machine": machine_info(), "settings": server_settings(), "sections": {}, "load": {}}
+    sections = {"bulk": bench_bulk, "scaling": bench_scaling, "roundtrip": bench_roundtrip,
+                "insert": bench_insert, "refill": bench_refill}
+    for name in P["sections"]:
+        if name not in sections:
+            sys.exit(f"unknown section {name}")
+        log(f"== {name} (load average {loadavg()})")
+        s0 = time.time()
+        load_before = loadavg()
+        results["sections"][name] = sections[name]()
+        results["load"][name] = {"before": load_before, "after": loadavg(), "seconds": round(time.time() - s0, 1)}
+    try:
+        results["final_status"] = psql("SELECT tag, dynamic_step, table_step, refills, waits "
+                                       "FROM leaf_segment_status WHERE tag = 't';").strip()
+    except BenchError as e:
+        note_error("final status", str(e))
+    results["errors"] = ERRORS
+    results["seconds"] = round(time.time() - t0, 1)
+    with open(out_path, "w") as f:
+        json.dump(results, f, indent=1)
+    log(f"done in {results['seconds']} s, {len(ERRORS)} error(s); results in {out_path}")
+
+
+if __name__ == "__main__":
+    main()
