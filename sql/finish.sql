@@ -19,3 +19,8 @@ COMMENT ON FUNCTION leaf_snowflake_status() IS
   'Snowflake generator of this database: worker id and its source, clock marks, rollback events.';
 COMMENT ON VIEW leaf_snowflake_status IS
   'Snowflake generator of this database: worker id and its source, clock marks, rollback events.';
+COMMENT ON FUNCTION leaf_id_reset_cache() IS
+  'Drops the segments this database has cached in shared memory (their unused IDs become gaps) and re-claims the snowflake worker id. Run by CREATE EXTENSION.';
+
+-- a database that had leaf_id before must not reuse what was cached from the dropped tables
+SELECT leaf_id_reset_cache();

@@ -247,3 +247,25 @@ fn leaf_segment_status() -> TableIterator<
     rows.sort_by(|a, b| a.0.cmp(&b.0));
     TableIterator::new(rows)
 }
+
+/// Run by CREATE EXTENSION (sql/finish.sql): a database that had leaf_id
+/// before, dropped and created again within one server lifetime, must not
+/// hand out segments cached from the dropped `leaf_alloc` (the new table
+/// starts over, so they could repeat). Frees this database's tag slots and
+/// makes the worker claim its snowflake worker id again in the new registry.
+/// Harmless at any time: unused cached IDs become gaps.
+#[pg_extern(volatile, parallel_unsafe)]
+fn leaf_id_reset_cache() {
+    let Some(sh) = crate::shmem::shared() else { return };
+    let dboid = backend::my_dboid();
+    sh.free_tags_of(dboid);
+    SLOT_CACHE.with(|c| c.borrow_mut().clear());
+    LAST_TAG.with(|l| *l.borrow_mut() = None);
+    if let Some(db) = (0..sh.n_dbs()).find(|&d| sh.db(d).dboid.load(SeqCst) == dboid) {
+        let slot = sh.db(db);
+        if slot.snowflake_state.load(SeqCst) != crate::shmem::SnowflakeState::NotRequested as u32 {
+            slot.snowflake_state.store(crate::shmem::SnowflakeState::Requested as u32, SeqCst);
+            sh.wake_worker(db);
+        }
+    }
+}

@@ -11,6 +11,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use lib $ENV{LEAF_ID_TAP_ROOT} . '/tests/tap';
 use SegmentTap;
+use Time::HiRes qw(usleep);
 
 # --- not preloaded
 {
@@ -95,6 +96,36 @@ lc_messages = 'C'
 	my @ids = draw_ids($node, 'postgres', 'locked', 25);
 	is($ids[0], '1', 'after the timeout, the first ID is the first reserved one');
 	is_deeply([ duplicates(@ids) ], [], 'no duplicates');
+	$node->stop;
+}
+
+# --- DROP EXTENSION and CREATE EXTENSION at once: the new leaf_alloc starts
+# over, so nothing cached from the dropped one may be handed out
+{
+	my $node = leaf_node('recreate');
+	$node->safe_psql('postgres',
+		"INSERT INTO leaf_alloc (biz_tag, step) VALUES ('r', 1000)");
+	my @old = draw_ids($node, 'postgres', 'r', 10);
+	my $sf_old = $node->safe_psql('postgres', 'SELECT leaf_snowflake_next()');
+	my $out = $node->safe_psql('postgres', qq{
+DROP EXTENSION leaf_id;
+CREATE EXTENSION leaf_id;
+INSERT INTO leaf_alloc (biz_tag, step) VALUES ('r', 1000);
+SELECT leaf_segment_next('r') FROM generate_series(1, 2000);
+});
+	my @new = split /\n/, $out;
+	is($new[0], '1', 'after re-creation the first ID comes from the new table');
+	is_deeply([ duplicates(@new) ], [], 'no ID repeated within the new extension');
+	my $sf_new = '';
+	for (1 .. 100)
+	{
+		my $t = try_sql($node, 'postgres', 'SELECT leaf_snowflake_next()');
+		if (!$t->{sqlstate}) { ($sf_new = $t->{out}) =~ s/\s+//g; last; }
+		usleep(100_000);
+	}
+	cmp_ok($sf_new, '>', $sf_old, 'snowflake goes on above the old IDs after re-creation');
+	is($node->safe_psql('postgres', 'SELECT count(*) FROM leaf_worker'), '1',
+		'the worker id was claimed again in the new registry');
 	$node->stop;
 }
 
