@@ -76,7 +76,8 @@ fn next_id() -> i64 {
                     }
                     return id;
                 }
-                Err(Refusal::LeaseExpired { .. }) => {
+                Err(Refusal::LeaseExpired { .. } | Refusal::Closed) => {
+                    // the worker renews the lease, or a new worker reopens
                     slot.snowflake_lease_wanted.store(true, SeqCst);
                 }
                 Err(refusal) => {
@@ -135,7 +136,7 @@ fn refuse(refusal: Refusal) -> ! {
             "the clock is outside the 41-bit range of leaf_id.epoch_ms",
             None,
         ),
-        Refusal::LeaseExpired { .. } => unreachable!(),
+        Refusal::LeaseExpired { .. } | Refusal::Closed => unreachable!(),
     }
 }
 

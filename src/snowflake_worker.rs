@@ -144,7 +144,10 @@ pub struct Claimed {
 /// After the claim's commit: let the generator run up to the persisted mark.
 pub fn publish_claim(db: usize, c: &Claimed) {
     let slot = shared().expect("shared memory").db(db);
-    if !c.same_lifetime {
+    if c.same_lifetime {
+        // a worker of this server lifetime closed it on exit: go on from there
+        slot.generator.reopen();
+    } else {
         slot.generator.reset();
         slot.generator.floor_ms.store(c.floor, SeqCst);
         slot.worker_id.store(c.worker_id as i32, SeqCst);
@@ -190,4 +193,41 @@ pub fn renew(schema: &str, db: usize) -> Result<i64, JobError> {
     let worker_id = slot.worker_id.load(SeqCst) as i64;
     let mark = clock_ms() + settings::LEASE_AHEAD.get() as i64;
     persist(schema, worker_id, &settings::node_name(), mark)
+}
+
+/// On the worker's exit (shutdown, or terminated): close the generator and
+/// persist the exact last issued millisecond instead of the lease, so that
+/// after a clean restart IDs are not refused while the clock catches up with
+/// a mark set ahead of it. If this fails, the lease stays persisted: safe.
+pub fn close_and_persist(db: usize) {
+    let sh = shared().expect("shared memory");
+    let slot = sh.db(db);
+    if slot.snowflake_state.load(SeqCst) != crate::shmem::SnowflakeState::Ready as u32 {
+        return;
+    }
+    let epoch = crate::snowflake_api::epoch();
+    // after this no ID can be issued with a later millisecond
+    let last = slot.generator.close(epoch).unwrap_or(0);
+    let mark = last.max(slot.generator.floor_ms.load(SeqCst));
+    let worker_id = slot.worker_id.load(SeqCst);
+    let node = settings::node_name();
+    let result = crate::worker::in_transaction(|schema| {
+        Spi::connect_mut(|client| {
+            client
+                .update(
+                    &format!(
+                        "UPDATE {schema}.leaf_worker SET last_timestamp = $1, epoch_ms = $4, heartbeat_at = now() \
+                         WHERE worker_id = $2 AND node_name = $3"
+                    ),
+                    None,
+                    &[mark.into(), worker_id.into(), node.as_str().into(), epoch.into()],
+                )
+                .map(|_| ())
+                .map_err(spi_err)
+        })
+    });
+    match result {
+        Ok(()) => pgrx::log!("leaf_id: snowflake worker id {} closed at {}", worker_id, mark),
+        Err(e) => pgrx::log!("leaf_id: could not persist the last snowflake millisecond: {}", e.message),
+    }
 }

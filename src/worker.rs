@@ -443,6 +443,11 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
             break;
         }
         if !BackgroundWorker::wait_latch(Some(w.timeout())) {
+            // SIGTERM (shutdown, pg_terminate_backend), not postmaster death:
+            // then the worker exits at once. (wait_latch consumed pgrx's flag.)
+            if unsafe { (&raw const pg_sys::ShutdownRequestPending).read_volatile() } != 0 {
+                crate::snowflake_worker::close_and_persist(db);
+            }
             break;
         }
     }

@@ -41,7 +41,15 @@ pub enum Refusal {
     LeaseExpired { ahead_ms: i64 },
     /// The clock is before the epoch or past the 41 bits.
     OutOfRange,
+    /// The worker closed the generator (it is exiting and persisting the
+    /// exact last millisecond); a new worker reopens it.
+    Closed,
 }
+
+/// Set in the state word once the generator is closed: a compare-and-swap
+/// against the word can then no longer succeed, so nothing is issued after
+/// the last millisecond the closing worker read.
+const CLOSED: u64 = 1 << 63;
 
 /// Shared state of one generator. `#[repr(C)]`: lives in shared memory.
 #[repr(C)]
@@ -60,8 +68,20 @@ pub struct Generator {
 impl Generator {
     /// Unix ms of the last issued id, or None.
     pub fn last_issued_ms(&self, epoch_ms: i64) -> Option<i64> {
-        let last = self.last.load(SeqCst);
+        let last = self.last.load(SeqCst) & !CLOSED;
         (last != 0).then(|| (last >> SEQUENCE_BITS) as i64 + epoch_ms)
+    }
+
+    /// Stop issuing, and return the last issued millisecond (Unix ms): no
+    /// ID with a later millisecond exists until `reopen`.
+    pub fn close(&self, epoch_ms: i64) -> Option<i64> {
+        let last = self.last.fetch_or(CLOSED, SeqCst) & !CLOSED;
+        (last != 0).then(|| (last >> SEQUENCE_BITS) as i64 + epoch_ms)
+    }
+
+    /// Issue again after `close`, going on from the last issued ID.
+    pub fn reopen(&self) {
+        self.last.fetch_and(!CLOSED, SeqCst);
     }
 
     /// Forget the last issued id (a new worker id or epoch starts afresh).
@@ -76,6 +96,9 @@ impl Generator {
             // older than the state (a preempted caller) would look like a
             // rollback; read after it, a smaller clock is a real one.
             let word = self.last.load(SeqCst);
+            if word & CLOSED != 0 {
+                return Err(Refusal::Closed);
+            }
             let now = clock.now_ms();
             let floor = self.floor_ms.load(SeqCst);
             if now <= floor {
@@ -274,6 +297,20 @@ mod tests {
         assert!(g.next_id(&cfg(), &clock, &mut zero).is_ok());
         clock.now.set(T0 + 21);
         assert_eq!(g.next_id(&cfg(), &clock, &mut zero), Err(Refusal::LeaseExpired { ahead_ms: 1 }));
+    }
+
+    #[test]
+    fn closed_generator_issues_nothing_until_reopened() {
+        let g = generator();
+        let clock = FakeClock::at(T0);
+        let before = g.next_id(&cfg(), &clock, &mut zero).unwrap();
+        assert_eq!(g.close(LEAF_EPOCH_MS), Some(T0));
+        clock.now.set(T0 + 5);
+        assert_eq!(g.next_id(&cfg(), &clock, &mut zero), Err(Refusal::Closed));
+        assert_eq!(g.last_issued_ms(LEAF_EPOCH_MS), Some(T0), "closing issues nothing");
+        g.reopen();
+        assert!(g.next_id(&cfg(), &clock, &mut zero).unwrap() > before);
+        assert_eq!(Generator::default().close(LEAF_EPOCH_MS), None);
     }
 
     #[test]
