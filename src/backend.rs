@@ -2,7 +2,7 @@
 //! database's slot, start the database's worker, and wait (bounded) for it.
 
 use crate::errors::raise;
-use crate::shmem::{Shared, shared};
+use crate::shmem::Shared;
 use crate::worker;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -124,9 +124,4 @@ pub fn shared_db() -> (&'static Shared, usize) {
     let sh = crate::errors::shared_or_raise();
     let db = my_db_slot(sh);
     (sh, db)
-}
-
-#[allow(dead_code)]
-pub fn is_loaded() -> bool {
-    shared().is_some()
 }
