@@ -40,7 +40,7 @@ fi
 DATA=$ROOT/target/bench-cluster
 WORK=$ROOT/target/bench-work
 export BENCH_WORK=$WORK
-chmod o+x "$ROOT" "$ROOT/target" 2>/dev/null || true
+mkdir -p "$ROOT/target"; ensure_postgres_can_reach "$ROOT/target"
 cluster_stop "$DATA" immediate   # left over from an interrupted run
 cluster_init "$DATA" "$BENCH_PORT"
 cat >> "$DATA/postgresql.conf" <<'CONF'

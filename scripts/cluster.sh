@@ -26,3 +26,17 @@ CONF
 
 cluster_start() { as_pg "$PGBIN/pg_ctl" -D "$1" -l "$1/server.log" -w -t 60 start >/dev/null; }
 cluster_stop() { as_pg "$PGBIN/pg_ctl" -D "$1" -m "${2:-fast}" -w stop >/dev/null 2>&1 || true; }
+
+# The servers run as postgres and read the repository (test files) and write
+# under target/: make sure postgres can reach DIR, by giving "others" search
+# permission on each ancestor that lacks it (a throwaway machine's checkout
+# may live under a private directory such as /root).
+ensure_postgres_can_reach() {
+  local dir
+  dir=$(realpath "$1")
+  if runuser -u postgres -- test -x "$dir" 2>/dev/null; then return 0; fi
+  while [ "$dir" != "/" ]; do
+    chmod o+x "$dir"
+    dir=$(dirname "$dir")
+  done
+}

@@ -13,7 +13,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 
 bash scripts/install.sh
 DATA=$ROOT/target/run-cluster
-chmod o+x "$ROOT" "$ROOT/target" 2>/dev/null || true
+mkdir -p "$ROOT/target"; ensure_postgres_can_reach "$ROOT/target"
 cluster_stop "$DATA" fast
 cluster_init "$DATA" "$PORT"
 cluster_start "$DATA"

@@ -37,7 +37,7 @@ DATA=$ROOT/target/client-cluster
 PORT=28850
 MAX_STEP=${LEAF_ID_TEST_MAX_STEP-10}
 mkdir -p "$ROOT/target"
-chmod o+x "$ROOT" "$ROOT/target" 2>/dev/null || true
+mkdir -p "$ROOT/target"; ensure_postgres_can_reach "$ROOT/target"
 cluster_stop "$DATA" immediate # a leftover of an interrupted run
 cluster_init "$DATA" "$PORT"
 if [ -n "$MAX_STEP" ]; then

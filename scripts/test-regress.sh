@@ -7,6 +7,7 @@ ROOT=$PWD
 PORT=${REGRESS_PORT:-28816}
 DATA=$ROOT/target/regress-cluster
 OUT=$ROOT/target/regress-out
+mkdir -p "$ROOT/target"; ensure_postgres_can_reach "$ROOT/target"
 cluster_stop "$DATA" immediate
 cluster_init "$DATA" "$PORT"
 cluster_start "$DATA"

@@ -38,6 +38,8 @@ fi
 
 # a directory the postgres user can write; the repo itself is root's
 mkdir -p "$ROOT/target"
+. "$ROOT/scripts/cluster.sh"
+ensure_postgres_can_reach "$ROOT/target"
 rm -rf "$WORK"
 if [ "$(id -u)" -eq 0 ]; then
   install -d -o postgres -g postgres "$WORK"

@@ -19,7 +19,7 @@ echo "== pg_test"
 # unlink first: servers still running keep the library they mapped
 rm -f "$PGLIB/leaf_id.so"
 install -d -o postgres -g postgres "$ROOT/target/pgrx-test-data"
-chmod o+x "$ROOT" "$ROOT/target"
+mkdir -p "$ROOT/target"; . scripts/cluster.sh; ensure_postgres_can_reach "$ROOT/target"
 cargo pgrx test pg15 --runas postgres --pgdata "$ROOT/target/pgrx-test-data"
 
 echo "== install (release)"
