@@ -36,7 +36,11 @@ pub fn my_db_slot(sh: &Shared) -> usize {
             }
             None => raise(
                 PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
-                format!("leaf_id is used by {} databases already (leaf_id.max_databases = {})", sh.n_dbs(), sh.n_dbs()),
+                format!(
+                    "leaf_id is used by {} databases already (leaf_id.max_databases = {})",
+                    sh.n_dbs(),
+                    sh.n_dbs()
+                ),
                 Some("Raise leaf_id.max_databases and restart the server."),
             ),
         }
@@ -82,7 +86,9 @@ pub fn ensure_worker(sh: &Shared, db: usize) {
         raise(
             PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
             "could not start the leaf_id background worker for this database",
-            Some("Each database that uses leaf_id needs one background worker: raise max_worker_processes."),
+            Some(
+                "Each database that uses leaf_id needs one background worker: raise max_worker_processes.",
+            ),
         );
     }
 }
@@ -92,7 +98,9 @@ pub struct Deadline(Instant);
 
 impl Deadline {
     pub fn from_setting() -> Deadline {
-        Deadline(Instant::now() + Duration::from_millis(crate::settings::REFILL_TIMEOUT.get() as u64))
+        Deadline(
+            Instant::now() + Duration::from_millis(crate::settings::REFILL_TIMEOUT.get() as u64),
+        )
     }
     pub fn passed(&self) -> bool {
         Instant::now() >= self.0

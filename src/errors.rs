@@ -17,7 +17,11 @@ pub fn raise(code: PgSqlErrorCode, message: impl Into<String>, hint: Option<&str
 /// Raise an error that a background-worker job recorded (sqlstate as Postgres packs it).
 pub fn raise_recorded(sqlstate: i32, message: String) -> ! {
     if sqlstate == 0 || message.is_empty() {
-        raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "leaf_id background worker reported an error without a message", None)
+        raise(
+            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            "leaf_id background worker reported an error without a message",
+            None,
+        )
     }
     raise(PgSqlErrorCode::from(sqlstate), message, None)
 }
@@ -28,7 +32,9 @@ pub fn shared_or_raise() -> &'static crate::shmem::Shared {
         None => raise(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             "leaf_id is not loaded through shared_preload_libraries",
-            Some("Add leaf_id to shared_preload_libraries in postgresql.conf and restart the server."),
+            Some(
+                "Add leaf_id to shared_preload_libraries in postgresql.conf and restart the server.",
+            ),
         ),
     }
 }

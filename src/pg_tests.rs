@@ -25,8 +25,12 @@ mod tests {
 
     #[pg_test]
     fn min_id_is_smallest_of_its_millisecond() {
-        let min = Spi::get_one::<i64>("SELECT leaf_snowflake_min_id('2024-01-01 00:00:00.001+00')").unwrap().unwrap();
-        let before = Spi::get_one::<i64>("SELECT leaf_snowflake_min_id('2024-01-01 00:00:00+00')").unwrap().unwrap();
+        let min = Spi::get_one::<i64>("SELECT leaf_snowflake_min_id('2024-01-01 00:00:00.001+00')")
+            .unwrap()
+            .unwrap();
+        let before = Spi::get_one::<i64>("SELECT leaf_snowflake_min_id('2024-01-01 00:00:00+00')")
+            .unwrap()
+            .unwrap();
         assert_eq!(min - before, 1 << 22);
         assert_eq!(min & ((1 << 22) - 1), 0);
     }
@@ -46,12 +50,16 @@ mod tests {
         Spi::get_one::<i64>("SELECT leaf_segment_next(repeat('x', 129))").unwrap();
     }
 
-    #[pg_test(error = "new row for relation \"leaf_alloc\" violates check constraint \"leaf_alloc_step_positive\"")]
+    #[pg_test(
+        error = "new row for relation \"leaf_alloc\" violates check constraint \"leaf_alloc_step_positive\""
+    )]
     fn table_rejects_step_below_one() {
         Spi::run("INSERT INTO leaf_alloc (biz_tag, step) VALUES ('t', 0)").unwrap();
     }
 
-    #[pg_test(error = "new row for relation \"leaf_alloc\" violates check constraint \"leaf_alloc_max_id_not_negative\"")]
+    #[pg_test(
+        error = "new row for relation \"leaf_alloc\" violates check constraint \"leaf_alloc_max_id_not_negative\""
+    )]
     fn table_rejects_negative_max_id() {
         Spi::run("INSERT INTO leaf_alloc (biz_tag, step, max_id) VALUES ('t', 1, -5)").unwrap();
     }
@@ -59,13 +67,16 @@ mod tests {
     /// The worker does not see this uncommitted row, so the tag is unknown to it.
     #[pg_test(error = "leaf_id tag \"pg_test uncommitted\" does not exist in leaf_alloc")]
     fn tag_must_be_committed_before_use() {
-        Spi::run("INSERT INTO leaf_alloc (biz_tag, step) VALUES ('pg_test uncommitted', 10)").unwrap();
+        Spi::run("INSERT INTO leaf_alloc (biz_tag, step) VALUES ('pg_test uncommitted', 10)")
+            .unwrap();
         Spi::get_one::<i64>("SELECT leaf_segment_next('pg_test uncommitted')").unwrap();
     }
 
     #[pg_test]
     fn snowflake_ids_increase_and_decode_to_now() {
-        let (a, b) = Spi::get_two::<i64, i64>("SELECT leaf_snowflake_next(), leaf_snowflake_next()").unwrap();
+        let (a, b) =
+            Spi::get_two::<i64, i64>("SELECT leaf_snowflake_next(), leaf_snowflake_next()")
+                .unwrap();
         assert!(a.unwrap() < b.unwrap());
         let recent = Spi::get_one::<bool>(&format!(
             "SELECT abs(extract(epoch FROM timestamp - now())) < 60 FROM leaf_snowflake_decode({})",

@@ -19,13 +19,25 @@ thread_local! {
 
 fn validate_tag(tag: Option<&str>) -> &str {
     let Some(tag) = tag else {
-        raise(PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED, "leaf_id tag must not be NULL", None)
+        raise(
+            PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+            "leaf_id tag must not be NULL",
+            None,
+        )
     };
     if tag.is_empty() {
-        raise(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, "leaf_id tag must not be empty", None);
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "leaf_id tag must not be empty",
+            None,
+        );
     }
     // bytes bound characters from above: count only long tags
-    let chars = if tag.len() <= TAG_MAX_CHARS { tag.len() } else { tag.chars().count() };
+    let chars = if tag.len() <= TAG_MAX_CHARS {
+        tag.len()
+    } else {
+        tag.chars().count()
+    };
     if chars > TAG_MAX_CHARS {
         raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
@@ -38,7 +50,12 @@ fn validate_tag(tag: Option<&str>) -> &str {
 
 fn cached_slot(sh: &Shared, dboid: u32, tag: &str) -> (usize, u64) {
     // most calls repeat the previous tag (a column default, a bulk insert)
-    if let Some(hit) = LAST_TAG.with(|l| l.borrow().as_ref().filter(|(t, _)| t == tag).map(|(_, hit)| *hit)) {
+    if let Some(hit) = LAST_TAG.with(|l| {
+        l.borrow()
+            .as_ref()
+            .filter(|(t, _)| t == tag)
+            .map(|(_, hit)| *hit)
+    }) {
         return hit;
     }
     let hit = cached_slot_by_map(sh, dboid, tag);
@@ -51,7 +68,11 @@ fn cached_slot_by_map(sh: &Shared, dboid: u32, tag: &str) -> (usize, u64) {
         return hit;
     }
     let found = sh.find_or_allocate_tag(dboid, tag).or_else(|full| {
-        if backend::reclaim_dropped_databases(sh) { sh.find_or_allocate_tag(dboid, tag) } else { Err(full) }
+        if backend::reclaim_dropped_databases(sh) {
+            sh.find_or_allocate_tag(dboid, tag)
+        } else {
+            Err(full)
+        }
     });
     match found {
         Ok(found) => {
@@ -66,8 +87,14 @@ fn cached_slot_by_map(sh: &Shared, dboid: u32, tag: &str) -> (usize, u64) {
         }
         Err(_) => raise(
             PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
-            format!("all {} leaf_id tag slots are in use (leaf_id.max_tags = {})", sh.n_tags(), sh.n_tags()),
-            Some("Raise leaf_id.max_tags and restart the server, or delete unused tags from leaf_alloc."),
+            format!(
+                "all {} leaf_id tag slots are in use (leaf_id.max_tags = {})",
+                sh.n_tags(),
+                sh.n_tags()
+            ),
+            Some(
+                "Raise leaf_id.max_tags and restart the server, or delete unused tags from leaf_alloc.",
+            ),
         ),
     }
 }
@@ -97,7 +124,10 @@ pub fn next_id(tag: &str) -> i64 {
         // hot path: one fetch_add
         for _ in 0..4 {
             match slot.pair.take() {
-                Take::Id { id, crossed_threshold } => {
+                Take::Id {
+                    id,
+                    crossed_threshold,
+                } => {
                     if slot.epoch.load(SeqCst) != epoch {
                         break; // the slot went to another tag meanwhile: not ours
                     }
@@ -161,7 +191,9 @@ pub fn next_id(tag: &str) -> i64 {
                     raise(
                         PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
                         format!("timed out waiting for a refill of leaf_id tag \"{tag}\""),
-                        Some("The leaf_id background worker did not reserve a new segment within leaf_id.refill_timeout; see the server log."),
+                        Some(
+                            "The leaf_id background worker did not reserve a new segment within leaf_id.refill_timeout; see the server log.",
+                        ),
                     );
                 }
                 backend::wait(sh, db, deadline);
@@ -256,7 +288,9 @@ fn leaf_segment_status() -> TableIterator<
 /// Harmless at any time: unused cached IDs become gaps.
 #[pg_extern(volatile, parallel_unsafe)]
 fn leaf_id_reset_cache() {
-    let Some(sh) = crate::shmem::shared() else { return };
+    let Some(sh) = crate::shmem::shared() else {
+        return;
+    };
     let dboid = backend::my_dboid();
     sh.free_tags_of(dboid);
     SLOT_CACHE.with(|c| c.borrow_mut().clear());
@@ -264,7 +298,8 @@ fn leaf_id_reset_cache() {
     if let Some(db) = (0..sh.n_dbs()).find(|&d| sh.db(d).dboid.load(SeqCst) == dboid) {
         let slot = sh.db(db);
         if slot.snowflake_state.load(SeqCst) != crate::shmem::SnowflakeState::NotRequested as u32 {
-            slot.snowflake_state.store(crate::shmem::SnowflakeState::Requested as u32, SeqCst);
+            slot.snowflake_state
+                .store(crate::shmem::SnowflakeState::Requested as u32, SeqCst);
             sh.wake_worker(db);
         }
     }

@@ -12,7 +12,8 @@ pub static TAG_RESYNC_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(60);
 
 pub static WORKER_ID: GucSetting<i32> = GucSetting::<i32>::new(-1);
 pub static NODE_NAME: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
-pub static EPOCH_MS: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"1288834974657"));
+pub static EPOCH_MS: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(c"1288834974657"));
 pub static MAX_BACKWARD_MS: GucSetting<i32> = GucSetting::<i32>::new(5);
 pub static RANDOM_SEQUENCE_START: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static HEARTBEAT_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(1000);
@@ -167,14 +168,25 @@ fn register_postmaster_settings() {
 
 /// The epoch setting, parsed. `Err` carries why it is invalid.
 pub fn epoch_ms() -> Result<i64, String> {
-    let raw = EPOCH_MS.get().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
-    raw.trim().parse::<i64>().map_err(|_| format!("leaf_id.epoch_ms = \"{raw}\" is not a number of milliseconds"))
+    let raw = EPOCH_MS
+        .get()
+        .map(|c| c.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    raw.trim()
+        .parse::<i64>()
+        .map_err(|_| format!("leaf_id.epoch_ms = \"{raw}\" is not a number of milliseconds"))
 }
 
 /// Node name: the setting, or `<system identifier>:<port>`.
 pub fn node_name() -> String {
     match NODE_NAME.get() {
         Some(s) if !s.to_bytes().is_empty() => s.to_string_lossy().into_owned(),
-        _ => unsafe { format!("{}:{}", pgrx::pg_sys::GetSystemIdentifier(), *(&raw const pgrx::pg_sys::PostPortNumber)) },
+        _ => unsafe {
+            format!(
+                "{}:{}",
+                pgrx::pg_sys::GetSystemIdentifier(),
+                *(&raw const pgrx::pg_sys::PostPortNumber)
+            )
+        },
     }
 }

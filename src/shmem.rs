@@ -11,7 +11,9 @@ use crate::settings;
 use crate::snowflake::generator::Generator;
 use pgrx::pg_sys;
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering::SeqCst,
+};
 
 /// 128 characters of UTF-8.
 pub const TAG_MAX_BYTES: usize = 512;
@@ -191,7 +193,10 @@ static mut PREV_SHMEM_REQUEST_HOOK: Option<unsafe extern "C-unwind" fn()> = None
 static mut PREV_SHMEM_STARTUP_HOOK: Option<unsafe extern "C-unwind" fn()> = None;
 
 fn counts() -> (usize, usize) {
-    (settings::MAX_DATABASES.get() as usize, settings::MAX_TAGS.get() as usize)
+    (
+        settings::MAX_DATABASES.get() as usize,
+        settings::MAX_TAGS.get() as usize,
+    )
 }
 
 fn layout(n_dbs: usize, n_tags: usize) -> (usize, usize, usize) {
@@ -247,7 +252,10 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
         }
         let (n_dbs, n_tags) = counts();
         let (dbs_at, tags_at, total) = layout(n_dbs, n_tags);
-        pg_sys::LWLockAcquire(&raw mut (*pg_sys::MainLWLockArray.add(21)).lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
+        pg_sys::LWLockAcquire(
+            &raw mut (*pg_sys::MainLWLockArray.add(21)).lock,
+            pg_sys::LWLockMode::LW_EXCLUSIVE,
+        );
         let mut found = false;
         let base = pg_sys::ShmemInitStruct(c"leaf_id".as_ptr(), total, &mut found) as *mut u8;
         if !found {
@@ -339,7 +347,8 @@ impl Shared {
         db.worker_pid.store(0, SeqCst);
         db.worker_latch.store(std::ptr::null_mut(), SeqCst);
         db.worker_requested_at.store(0, SeqCst);
-        db.snowflake_state.store(SnowflakeState::NotRequested as u32, SeqCst);
+        db.snowflake_state
+            .store(SnowflakeState::NotRequested as u32, SeqCst);
         db.worker_id.store(-1, SeqCst);
         db.generator.reset();
         db.generator.floor_ms.store(0, SeqCst);
@@ -350,7 +359,11 @@ impl Shared {
 
     /// Find the tag's slot in the database, or allocate one in Loading state.
     /// Returns (slot, epoch).
-    pub fn find_or_allocate_tag(&self, dboid: u32, tag: &str) -> Result<(usize, u64), FreeSlotsExhausted> {
+    pub fn find_or_allocate_tag(
+        &self,
+        dboid: u32,
+        tag: &str,
+    ) -> Result<(usize, u64), FreeSlotsExhausted> {
         let _g = self.lock_global();
         let (mut free, mut missing) = (None, None);
         for i in 0..self.n_tags {
@@ -447,9 +460,15 @@ impl Shared {
 
 /// Unix milliseconds of the real clock.
 pub fn unix_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 pub fn unix_us() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
 }

@@ -48,10 +48,14 @@ pub fn check_epoch() -> Result<i64, String> {
     let epoch = settings::epoch_ms()?;
     let now = crate::shmem::unix_ms();
     if epoch < 0 || epoch > now {
-        return Err(format!("leaf_id.epoch_ms = {epoch} is in the future or negative"));
+        return Err(format!(
+            "leaf_id.epoch_ms = {epoch} is in the future or negative"
+        ));
     }
     if now - epoch > MAX_TIMESTAMP {
-        return Err(format!("leaf_id.epoch_ms = {epoch}: its 41 bits of milliseconds have run out"));
+        return Err(format!(
+            "leaf_id.epoch_ms = {epoch}: its 41 bits of milliseconds have run out"
+        ));
     }
     Ok(epoch)
 }
@@ -102,7 +106,8 @@ fn next_id() -> i64 {
             raise_recorded(code, message);
         }
         if state == SnowflakeState::NotRequested as u32 || state == SnowflakeState::Failed as u32 {
-            slot.snowflake_state.store(SnowflakeState::Requested as u32, SeqCst);
+            slot.snowflake_state
+                .store(SnowflakeState::Requested as u32, SeqCst);
         }
         backend::ensure_worker(sh, db);
         if deadline.passed() {
@@ -121,15 +126,21 @@ fn refuse(refusal: Refusal) -> ! {
     match refusal {
         Refusal::ClockBehind { offset_ms } => raise(
             PgSqlErrorCode::ERRCODE_SYSTEM_ERROR,
-            format!("clock moved backwards: it is {offset_ms} ms behind the last snowflake ID issued"),
-            Some("No ID is issued until the clock catches up; leaf_id.max_backward_ms sets how much rollback is waited out."),
+            format!(
+                "clock moved backwards: it is {offset_ms} ms behind the last snowflake ID issued"
+            ),
+            Some(
+                "No ID is issued until the clock catches up; leaf_id.max_backward_ms sets how much rollback is waited out.",
+            ),
         ),
         Refusal::BelowPersistedMark { behind_ms } => raise(
             PgSqlErrorCode::ERRCODE_SYSTEM_ERROR,
             format!(
                 "clock is {behind_ms} ms behind the snowflake high-water mark persisted before the last restart"
             ),
-            Some("IDs up to that mark may have been issued before the restart; new IDs are refused until the clock passes it."),
+            Some(
+                "IDs up to that mark may have been issued before the restart; new IDs are refused until the clock passes it.",
+            ),
         ),
         Refusal::OutOfRange => raise(
             PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
@@ -149,7 +160,14 @@ fn leaf_snowflake_next() -> i64 {
 #[pg_extern(immutable, parallel_safe, strict)]
 fn leaf_snowflake_decode(
     id: i64,
-) -> TableIterator<'static, (name!(timestamp, TimestampWithTimeZone), name!(worker_id, i32), name!(sequence, i32))> {
+) -> TableIterator<
+    'static,
+    (
+        name!(timestamp, TimestampWithTimeZone),
+        name!(worker_id, i32),
+        name!(sequence, i32),
+    ),
+> {
     let Some(d) = layout::decode(id, epoch()) else {
         raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
@@ -164,7 +182,11 @@ fn leaf_snowflake_decode(
 #[pg_extern(immutable, parallel_safe, strict)]
 fn leaf_snowflake_min_id(at: TimestampWithTimeZone) -> i64 {
     if !at.is_finite() {
-        raise(PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW, "timestamp must be finite", None);
+        raise(
+            PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
+            "timestamp must be finite",
+            None,
+        );
     }
     let pg_us: i64 = at.into();
     let unix_ms = (pg_us + 946_684_800_000_000).div_euclid(1000);
@@ -212,11 +234,22 @@ fn leaf_snowflake_status() -> TableIterator<
     TableIterator::once((
         state.to_string(),
         known.then_some(id),
-        known.then(|| if slot.worker_id_from_registry.load(SeqCst) { "leaf_worker" } else { "setting" }.to_string()),
+        known.then(|| {
+            if slot.worker_id_from_registry.load(SeqCst) {
+                "leaf_worker"
+            } else {
+                "setting"
+            }
+            .to_string()
+        }),
         known.then(|| slot.node_name()),
         g.last_issued_ms(e).and_then(tstz_from_unix_ms),
-        Some(g.lease_ms.load(SeqCst)).filter(|&m| m > 0).and_then(tstz_from_unix_ms),
-        Some(g.floor_ms.load(SeqCst)).filter(|&m| m > 0).and_then(tstz_from_unix_ms),
+        Some(g.lease_ms.load(SeqCst))
+            .filter(|&m| m > 0)
+            .and_then(tstz_from_unix_ms),
+        Some(g.floor_ms.load(SeqCst))
+            .filter(|&m| m > 0)
+            .and_then(tstz_from_unix_ms),
         g.rollback_events.load(SeqCst) as i64,
         g.sequence_waits.load(SeqCst) as i64,
         tstz_from_unix_ms(e),

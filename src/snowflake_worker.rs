@@ -20,7 +20,11 @@ fn spi_err(e: pgrx::spi::SpiError) -> JobError {
 
 fn registry(client: &SpiClient, schema: &str) -> Result<Vec<RegistryRow>, JobError> {
     let rows = client
-        .select(&format!("SELECT worker_id, node_name FROM {schema}.leaf_worker"), None, &[])
+        .select(
+            &format!("SELECT worker_id, node_name FROM {schema}.leaf_worker"),
+            None,
+            &[],
+        )
         .map_err(spi_err)?;
     Ok(rows
         .filter_map(|r| {
@@ -85,7 +89,10 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
                     if !take(client, t)? {
                         return Err(JobError::new(
                             PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
-                            format!("leaf_id.worker_id {} was taken by another node meanwhile", t.id()),
+                            format!(
+                                "leaf_id.worker_id {} was taken by another node meanwhile",
+                                t.id()
+                            ),
                         ));
                     }
                     t.id()
@@ -126,9 +133,25 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
     let same_lifetime = slot.worker_id.load(SeqCst) == worker_id as i32;
     // Within one shared-memory lifetime the generator itself never repeats;
     // the persisted mark guards what earlier lifetimes issued.
-    let floor = if same_lifetime { slot.generator.floor_ms.load(SeqCst) } else { persisted };
-    let lease = persist(schema, worker_id, &node, clock_ms().max(floor) + settings::LEASE_AHEAD.get() as i64)?;
-    Ok(Claimed { worker_id, floor, lease, same_lifetime, from_registry: configured.is_none(), node })
+    let floor = if same_lifetime {
+        slot.generator.floor_ms.load(SeqCst)
+    } else {
+        persisted
+    };
+    let lease = persist(
+        schema,
+        worker_id,
+        &node,
+        clock_ms().max(floor) + settings::LEASE_AHEAD.get() as i64,
+    )?;
+    Ok(Claimed {
+        worker_id,
+        floor,
+        lease,
+        same_lifetime,
+        from_registry: configured.is_none(),
+        node,
+    })
 }
 
 /// A committed claim, to publish to shared memory.
@@ -159,7 +182,12 @@ pub fn publish_claim(db: usize, c: &Claimed) {
 
 /// After a renewal's commit.
 pub fn publish_lease(db: usize, mark: i64) {
-    shared().expect("shared memory").db(db).generator.lease_ms.fetch_max(mark, SeqCst);
+    shared()
+        .expect("shared memory")
+        .db(db)
+        .generator
+        .lease_ms
+        .fetch_max(mark, SeqCst);
 }
 
 /// Write the mark; the generator may use it only after the commit.
@@ -227,7 +255,14 @@ pub fn close_and_persist(db: usize) {
         })
     });
     match result {
-        Ok(()) => pgrx::log!("leaf_id: snowflake worker id {} closed at {}", worker_id, mark),
-        Err(e) => pgrx::log!("leaf_id: could not persist the last snowflake millisecond: {}", e.message),
+        Ok(()) => pgrx::log!(
+            "leaf_id: snowflake worker id {} closed at {}",
+            worker_id,
+            mark
+        ),
+        Err(e) => pgrx::log!(
+            "leaf_id: could not persist the last snowflake millisecond: {}",
+            e.message
+        ),
     }
 }

@@ -11,7 +11,9 @@ use crate::segment::buffer::MAX_SEGMENT_LEN;
 use crate::segment::step::{PreviousRefill, StepPolicy};
 use crate::settings;
 use crate::shmem::{Shared, SnowflakeState, TagStatus, shared, unix_us};
-use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags};
+use pgrx::bgworkers::{
+    BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
+};
 use pgrx::pg_sys;
 use pgrx::pg_sys::panic::CaughtError;
 use pgrx::prelude::*;
@@ -45,14 +47,19 @@ pub struct JobError {
 
 impl JobError {
     pub(crate) fn new(code: PgSqlErrorCode, message: impl Into<String>) -> JobError {
-        JobError { sqlstate: code_of(code), message: message.into() }
+        JobError {
+            sqlstate: code_of(code),
+            message: message.into(),
+        }
     }
 }
 
 /// Run `job` in a transaction of its own and commit it (synchronously: the
 /// worker forces synchronous_commit on). Any error, Postgres' or the job's,
 /// rolls the transaction back and is returned, not raised.
-pub(crate) fn in_transaction<T>(job: impl FnOnce(&str) -> Result<T, JobError>) -> Result<T, JobError> {
+pub(crate) fn in_transaction<T>(
+    job: impl FnOnce(&str) -> Result<T, JobError>,
+) -> Result<T, JobError> {
     unsafe {
         pg_sys::SetCurrentStatementStartTimestamp();
         pg_sys::StartTransactionCommand();
@@ -66,7 +73,10 @@ pub(crate) fn in_transaction<T>(job: impl FnOnce(&str) -> Result<T, JobError>) -
         let job = job;
         let result = match extension_schema() {
             Some(schema) => (job.0)(&schema),
-            None => Err(JobError::new(PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT, EXTENSION_GONE)),
+            None => Err(JobError::new(
+                PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+                EXTENSION_GONE,
+            )),
         };
         if result.is_ok() {
             unsafe {
@@ -82,7 +92,10 @@ pub(crate) fn in_transaction<T>(job: impl FnOnce(&str) -> Result<T, JobError>) -
             CaughtError::PostgresError(r) | CaughtError::ErrorReport(r) => r,
             CaughtError::RustPanic { ereport, .. } => ereport,
         };
-        Err(JobError { sqlstate: code_of(report.sql_error_code()), message: report.message().to_string() })
+        Err(JobError {
+            sqlstate: code_of(report.sql_error_code()),
+            message: report.message().to_string(),
+        })
     })
     .execute();
     if !committed {
@@ -111,11 +124,18 @@ struct Refilled {
 }
 
 /// Reserve the next range of a tag: `[max_id, max_id + n)`.
-fn reserve(schema: &str, tag: &str, policy: StepPolicy, previous: Option<PreviousRefill>) -> Result<Refilled, JobError> {
+fn reserve(
+    schema: &str,
+    tag: &str,
+    policy: StepPolicy,
+    previous: Option<PreviousRefill>,
+) -> Result<Refilled, JobError> {
     Spi::connect_mut(|client| {
         let row = client
             .update(
-                &format!("SELECT max_id, step FROM {schema}.leaf_alloc WHERE biz_tag = $1 FOR UPDATE"),
+                &format!(
+                    "SELECT max_id, step FROM {schema}.leaf_alloc WHERE biz_tag = $1 FOR UPDATE"
+                ),
                 None,
                 &[tag.into()],
             )
@@ -157,7 +177,12 @@ fn reserve(schema: &str, tag: &str, policy: StepPolicy, previous: Option<Previou
                 &[tag.into(), (max_id + len).into()],
             )
             .map_err(|e| JobError::new(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()))?;
-        Ok(Refilled { start: max_id, len, step, table_step })
+        Ok(Refilled {
+            start: max_id,
+            len,
+            step,
+            table_step,
+        })
     })
 }
 
@@ -195,11 +220,19 @@ impl Worker {
                 return;
             }
             slot.refill_requested.store(false, SeqCst);
-            let Some(target) = slot.pair.refill_target() else { return };
+            let Some(target) = slot.pair.refill_target() else {
+                return;
+            };
             slot.refill_in_flight.store(true, SeqCst);
             (target, slot.tag(), slot.epoch.load(SeqCst))
         };
-        let previous = self.previous.get(&(i, epoch)).map(|(p, at)| PreviousRefill { elapsed: at.elapsed(), ..*p });
+        let previous = self
+            .previous
+            .get(&(i, epoch))
+            .map(|(p, at)| PreviousRefill {
+                elapsed: at.elapsed(),
+                ..*p
+            });
         let result = in_transaction(|schema| reserve(schema, &tag, Self::policy(), previous));
         {
             let _g = self.sh.lock_tag(i);
@@ -229,7 +262,14 @@ impl Worker {
             Ok(r) => {
                 self.previous.insert(
                     (i, epoch),
-                    (PreviousRefill { step: r.step, table_step: r.table_step, elapsed: Duration::ZERO }, Instant::now()),
+                    (
+                        PreviousRefill {
+                            step: r.step,
+                            table_step: r.table_step,
+                            elapsed: Duration::ZERO,
+                        },
+                        Instant::now(),
+                    ),
                 );
             }
             Err(e) => {
@@ -241,7 +281,9 @@ impl Worker {
     }
 
     fn my_slots(&self) -> Vec<usize> {
-        (0..self.sh.n_tags()).filter(|&i| self.sh.tag(i).dboid.load(SeqCst) == self.dboid).collect()
+        (0..self.sh.n_tags())
+            .filter(|&i| self.sh.tag(i).dboid.load(SeqCst) == self.dboid)
+            .collect()
     }
 
     fn refill_all_needed(&mut self) {
@@ -249,7 +291,9 @@ impl Worker {
             let slot = self.sh.tag(i);
             let wanted = match slot.status() {
                 TagStatus::Loading => true,
-                TagStatus::Active => slot.refill_requested.load(SeqCst) || slot.pair.wants_prefetch(),
+                TagStatus::Active => {
+                    slot.refill_requested.load(SeqCst) || slot.pair.wants_prefetch()
+                }
                 _ => false,
             };
             if wanted {
@@ -264,9 +308,17 @@ impl Worker {
         let tags = in_transaction(|schema| {
             Spi::connect(|client| {
                 let rows = client
-                    .select(&format!("SELECT biz_tag FROM {schema}.leaf_alloc"), None, &[])
-                    .map_err(|e| JobError::new(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string()))?;
-                Ok(rows.filter_map(|r| r.get::<String>(1).ok().flatten()).collect::<HashSet<String>>())
+                    .select(
+                        &format!("SELECT biz_tag FROM {schema}.leaf_alloc"),
+                        None,
+                        &[],
+                    )
+                    .map_err(|e| {
+                        JobError::new(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string())
+                    })?;
+                Ok(rows
+                    .filter_map(|r| r.get::<String>(1).ok().flatten())
+                    .collect::<HashSet<String>>())
             })
         });
         let tags = match tags {
@@ -279,7 +331,10 @@ impl Worker {
         for i in self.my_slots() {
             let slot = self.sh.tag(i);
             let _g = self.sh.lock_tag(i);
-            if slot.dboid.load(SeqCst) == self.dboid && slot.status() == TagStatus::Active && !tags.contains(&slot.tag()) {
+            if slot.dboid.load(SeqCst) == self.dboid
+                && slot.status() == TagStatus::Active
+                && !tags.contains(&slot.tag())
+            {
                 slot.pair.retire();
                 slot.status.store(TagStatus::Missing as u32, SeqCst);
                 slot.error.set(
@@ -288,7 +343,8 @@ impl Worker {
                 );
             }
         }
-        self.previous.retain(|(i, epoch), _| self.sh.tag(*i).epoch.load(SeqCst) == *epoch);
+        self.previous
+            .retain(|(i, epoch), _| self.sh.tag(*i).epoch.load(SeqCst) == *epoch);
         self.sh.broadcast(self.db);
     }
 
@@ -301,32 +357,38 @@ impl Worker {
             match result {
                 Ok(claimed) => {
                     crate::snowflake_worker::publish_claim(self.db, &claimed);
-                    slot.snowflake_state.store(SnowflakeState::Ready as u32, SeqCst);
+                    slot.snowflake_state
+                        .store(SnowflakeState::Ready as u32, SeqCst);
                     self.last_heartbeat = Some(Instant::now());
                 }
                 Err(e) => {
                     self.note(&e);
                     slot.error.set(e.sqlstate, &e.message);
-                    slot.snowflake_state.store(SnowflakeState::Failed as u32, SeqCst);
+                    slot.snowflake_state
+                        .store(SnowflakeState::Failed as u32, SeqCst);
                     pgrx::log!("leaf_id: snowflake worker id claim failed: {}", e.message);
                 }
             }
             drop(_g);
             self.sh.broadcast(self.db);
         } else if state == SnowflakeState::Ready as u32 {
-            let due = self
-                .last_heartbeat
-                .is_none_or(|t| t.elapsed() >= Duration::from_millis(settings::HEARTBEAT_INTERVAL.get() as u64));
+            let due = self.last_heartbeat.is_none_or(|t| {
+                t.elapsed() >= Duration::from_millis(settings::HEARTBEAT_INTERVAL.get() as u64)
+            });
             if due || slot.snowflake_lease_wanted.swap(false, SeqCst) {
                 self.last_heartbeat = Some(Instant::now());
-                let result = in_transaction(|schema| crate::snowflake_worker::renew(schema, self.db));
+                let result =
+                    in_transaction(|schema| crate::snowflake_worker::renew(schema, self.db));
                 match result {
                     Ok(mark) => crate::snowflake_worker::publish_lease(self.db, mark),
                     Err(e) => {
-                    self.note(&e);
-                    let _g = self.sh.lock_db(self.db);
-                    slot.error.set(e.sqlstate, &e.message);
-                    pgrx::log!("leaf_id: snowflake high-water mark renewal failed: {}", e.message);
+                        self.note(&e);
+                        let _g = self.sh.lock_db(self.db);
+                        slot.error.set(e.sqlstate, &e.message);
+                        pgrx::log!(
+                            "leaf_id: snowflake high-water mark renewal failed: {}",
+                            e.message
+                        );
                     }
                 }
                 self.sh.broadcast(self.db);
@@ -346,7 +408,10 @@ impl Worker {
     fn timeout(&self) -> Duration {
         let mut t = Duration::from_millis(1000);
         if self.sh.db(self.db).snowflake_state.load(SeqCst) == SnowflakeState::Ready as u32 {
-            t = t.min(Duration::from_millis(settings::HEARTBEAT_INTERVAL.get() as u64 / 2).max(Duration::from_millis(5)));
+            t = t.min(
+                Duration::from_millis(settings::HEARTBEAT_INTERVAL.get() as u64 / 2)
+                    .max(Duration::from_millis(5)),
+            );
         }
         t
     }
@@ -365,7 +430,8 @@ unsafe extern "C-unwind" fn detach(_code: i32, arg: pg_sys::Datum) {
         db.worker_pid.store(0, SeqCst);
         if db.snowflake_state.load(SeqCst) == SnowflakeState::Ready as u32 {
             // no renewals without a worker: the next worker claims again
-            db.snowflake_state.store(SnowflakeState::NotRequested as u32, SeqCst);
+            db.snowflake_state
+                .store(SnowflakeState::NotRequested as u32, SeqCst);
         }
         sh.broadcast(arg.value());
     }
@@ -412,7 +478,8 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
     sh.free_tags_of(dboid);
     let slot = sh.db(db);
     if slot.snowflake_state.load(SeqCst) != SnowflakeState::NotRequested as u32 {
-        slot.snowflake_state.store(SnowflakeState::Requested as u32, SeqCst);
+        slot.snowflake_state
+            .store(SnowflakeState::Requested as u32, SeqCst);
     }
     pgrx::log!("leaf_id worker started for database {}", dboid);
 
@@ -438,7 +505,10 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
             }
         }
         if w.extension_gone {
-            pgrx::log!("leaf_id worker for database {} exits: the extension is not installed", dboid);
+            pgrx::log!(
+                "leaf_id worker for database {} exits: the extension is not installed",
+                dboid
+            );
             sh.free_tags_of(dboid);
             break;
         }

@@ -88,7 +88,10 @@ impl Segment {
         let offset = offset as i64;
         if offset < len {
             // one caller gets exactly this offset
-            Take::Id { id: start + offset, crossed_threshold: offset == len / 10 }
+            Take::Id {
+                id: start + offset,
+                crossed_threshold: offset == len / 10,
+            }
         } else {
             Take::Exhausted
         }
@@ -100,8 +103,16 @@ impl Segment {
         let m = self.meta_gen.load(SeqCst);
         let start = self.start.load(SeqCst);
         let len = self.len.load(SeqCst);
-        let taken = if m == generation { (offset as i64).min(len) } else { len };
-        SegmentView { start, next: start + taken, end: start + len }
+        let taken = if m == generation {
+            (offset as i64).min(len)
+        } else {
+            len
+        };
+        SegmentView {
+            start,
+            next: start + taken,
+            end: start + len,
+        }
     }
 
     /// IDs not yet taken (0 when exhausted or empty).
@@ -111,7 +122,10 @@ impl Segment {
 
     /// Owner's lock held, and the segment exhausted: give it a new range.
     fn publish(&self, start: i64, len: i64) {
-        assert!((0..=MAX_SEGMENT_LEN).contains(&len), "segment length out of range");
+        assert!(
+            (0..=MAX_SEGMENT_LEN).contains(&len),
+            "segment length out of range"
+        );
         let (generation, _) = unpack(self.state.load(SeqCst));
         let next_gen = (generation + 1) & GEN_MASK;
         // readers that fetch_add from here on still see the old generation in
@@ -226,8 +240,8 @@ impl SegmentPair {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashSet;
     use parking_lot::Mutex;
+    use std::collections::HashSet;
     use std::sync::Arc;
 
     #[test]
@@ -245,7 +259,10 @@ mod tests {
         let mut crossed = 0;
         for want in 100..120 {
             match p.take() {
-                Take::Id { id, crossed_threshold } => {
+                Take::Id {
+                    id,
+                    crossed_threshold,
+                } => {
                     assert_eq!(id, want);
                     crossed += crossed_threshold as i32;
                 }
@@ -254,7 +271,14 @@ mod tests {
         }
         assert_eq!(crossed, 1);
         assert_eq!(p.take(), Take::Exhausted);
-        assert_eq!(p.view(0), SegmentView { start: 100, next: 120, end: 120 });
+        assert_eq!(
+            p.view(0),
+            SegmentView {
+                start: 100,
+                next: 120,
+                end: 120
+            }
+        );
     }
 
     #[test]
@@ -264,7 +288,10 @@ mod tests {
         assert_eq!(p.refill_target(), Some(1));
         assert!(p.publish(1, 3, 2));
         assert_eq!(p.refill_target(), None, "both loaded: nothing to fill");
-        assert!(!p.publish(0, 100, 5), "a loaded segment is never overwritten");
+        assert!(
+            !p.publish(0, 100, 5),
+            "a loaded segment is never overwritten"
+        );
         let ids: Vec<_> = (0..2).map(|_| p.take()).collect();
         assert!(matches!(ids[1], Take::Id { id: 2, .. }));
         assert_eq!(p.take(), Take::Exhausted);
@@ -312,9 +339,18 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                Take::Id { id: 500, crossed_threshold: true },
-                Take::Id { id: 501, crossed_threshold: false },
-                Take::Id { id: 502, crossed_threshold: false },
+                Take::Id {
+                    id: 500,
+                    crossed_threshold: true
+                },
+                Take::Id {
+                    id: 501,
+                    crossed_threshold: false
+                },
+                Take::Id {
+                    id: 502,
+                    crossed_threshold: false
+                },
                 Take::Exhausted
             ]
         );

@@ -23,12 +23,18 @@ pub struct PreviousRefill {
 
 impl StepPolicy {
     pub fn next_step(&self, table_step: i64, previous: Option<PreviousRefill>) -> i64 {
-        let Some(prev) = previous else { return table_step };
+        let Some(prev) = previous else {
+            return table_step;
+        };
         if prev.table_step != table_step {
             return table_step;
         }
         let step = if prev.elapsed < self.segment_duration {
-            if prev.step.saturating_mul(2) <= self.max_step { prev.step * 2 } else { prev.step }
+            if prev.step.saturating_mul(2) <= self.max_step {
+                prev.step * 2
+            } else {
+                prev.step
+            }
         } else if prev.elapsed < self.segment_duration * 2 {
             prev.step
         } else {
@@ -45,10 +51,17 @@ mod tests {
     const MIN: Duration = Duration::from_secs(60);
 
     fn policy() -> StepPolicy {
-        StepPolicy { segment_duration: 15 * MIN, max_step: 1_000_000 }
+        StepPolicy {
+            segment_duration: 15 * MIN,
+            max_step: 1_000_000,
+        }
     }
     fn prev(step: i64, table_step: i64, elapsed: Duration) -> Option<PreviousRefill> {
-        Some(PreviousRefill { step, table_step, elapsed })
+        Some(PreviousRefill {
+            step,
+            table_step,
+            elapsed,
+        })
     }
 
     #[test]
@@ -60,7 +73,11 @@ mod tests {
     fn fast_segments_double_up_to_max() {
         let p = policy();
         assert_eq!(p.next_step(1000, prev(1000, 1000, MIN)), 2000);
-        assert_eq!(p.next_step(1000, prev(600_000, 1000, MIN)), 600_000, "doubling would pass the max");
+        assert_eq!(
+            p.next_step(1000, prev(600_000, 1000, MIN)),
+            600_000,
+            "doubling would pass the max"
+        );
         assert_eq!(p.next_step(1000, prev(500_000, 1000, MIN)), 1_000_000);
     }
 
@@ -87,6 +104,9 @@ mod tests {
 
     #[test]
     fn table_step_above_max_is_respected() {
-        assert_eq!(policy().next_step(2_000_000, prev(2_000_000, 2_000_000, MIN)), 2_000_000);
+        assert_eq!(
+            policy().next_step(2_000_000, prev(2_000_000, 2_000_000, MIN)),
+            2_000_000
+        );
     }
 }

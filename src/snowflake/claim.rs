@@ -77,11 +77,17 @@ pub fn plan(rows: &[RegistryRow], node: &str, configured: Option<i64>) -> ClaimP
                     return ClaimPlan::Reuse(id);
                 }
                 if !r.released() {
-                    return ClaimPlan::OwnedByOther { worker_id: id, owner: r.node_name.clone() };
+                    return ClaimPlan::OwnedByOther {
+                        worker_id: id,
+                        owner: r.node_name.clone(),
+                    };
                 }
             }
             match own {
-                Some(r) => ClaimPlan::Move { release: r.worker_id, take: take_of(id) },
+                Some(r) => ClaimPlan::Move {
+                    release: r.worker_id,
+                    take: take_of(id),
+                },
                 None => ClaimPlan::Take(take_of(id)),
             }
         }
@@ -89,8 +95,11 @@ pub fn plan(rows: &[RegistryRow], node: &str, configured: Option<i64>) -> ClaimP
             if let Some(r) = own {
                 return ClaimPlan::Reuse(r.worker_id);
             }
-            let owned: std::collections::HashSet<i64> =
-                rows.iter().filter(|r| !r.released()).map(|r| r.worker_id).collect();
+            let owned: std::collections::HashSet<i64> = rows
+                .iter()
+                .filter(|r| !r.released())
+                .map(|r| r.worker_id)
+                .collect();
             match (0..=MAX_WORKER_ID).find(|id| !owned.contains(id)) {
                 Some(id) => ClaimPlan::Take(take_of(id)),
                 None => ClaimPlan::Full,
@@ -114,19 +123,36 @@ mod tests {
     use super::*;
 
     fn rows(v: &[(i64, &str)]) -> Vec<RegistryRow> {
-        v.iter().map(|&(worker_id, n)| RegistryRow { worker_id, node_name: n.to_string() }).collect()
+        v.iter()
+            .map(|&(worker_id, n)| RegistryRow {
+                worker_id,
+                node_name: n.to_string(),
+            })
+            .collect()
     }
 
     #[test]
     fn same_node_gets_its_id_back() {
-        assert_eq!(plan(&rows(&[(0, "a"), (3, "b")]), "b", None), ClaimPlan::Reuse(3));
+        assert_eq!(
+            plan(&rows(&[(0, "a"), (3, "b")]), "b", None),
+            ClaimPlan::Reuse(3)
+        );
     }
 
     #[test]
     fn new_node_gets_lowest_free() {
-        assert_eq!(plan(&rows(&[]), "n", None), ClaimPlan::Take(Take::Insert(0)));
-        assert_eq!(plan(&rows(&[(0, "a"), (1, "b"), (3, "c")]), "n", None), ClaimPlan::Take(Take::Insert(2)));
-        assert_eq!(plan(&rows(&[(1, "b")]), "n", None), ClaimPlan::Take(Take::Insert(0)));
+        assert_eq!(
+            plan(&rows(&[]), "n", None),
+            ClaimPlan::Take(Take::Insert(0))
+        );
+        assert_eq!(
+            plan(&rows(&[(0, "a"), (1, "b"), (3, "c")]), "n", None),
+            ClaimPlan::Take(Take::Insert(2))
+        );
+        assert_eq!(
+            plan(&rows(&[(1, "b")]), "n", None),
+            ClaimPlan::Take(Take::Insert(0))
+        );
     }
 
     #[test]
@@ -138,7 +164,12 @@ mod tests {
 
     #[test]
     fn full_registry() {
-        let all: Vec<_> = (0..=MAX_WORKER_ID).map(|i| RegistryRow { worker_id: i, node_name: format!("n{i}") }).collect();
+        let all: Vec<_> = (0..=MAX_WORKER_ID)
+            .map(|i| RegistryRow {
+                worker_id: i,
+                node_name: format!("n{i}"),
+            })
+            .collect();
         assert_eq!(plan(&all, "new", None), ClaimPlan::Full);
         assert_eq!(plan(&all, "n5", None), ClaimPlan::Reuse(5));
     }
@@ -146,7 +177,13 @@ mod tests {
     #[test]
     fn configured_id_checks_owner() {
         let r = rows(&[(7, "other")]);
-        assert_eq!(plan(&r, "me", Some(7)), ClaimPlan::OwnedByOther { worker_id: 7, owner: "other".into() });
+        assert_eq!(
+            plan(&r, "me", Some(7)),
+            ClaimPlan::OwnedByOther {
+                worker_id: 7,
+                owner: "other".into()
+            }
+        );
         assert_eq!(plan(&r, "other", Some(7)), ClaimPlan::Reuse(7));
         assert_eq!(plan(&r, "me", Some(8)), ClaimPlan::Take(Take::Insert(8)));
     }
@@ -154,14 +191,30 @@ mod tests {
     #[test]
     fn moving_to_another_configured_id_releases_the_old_row() {
         let r = rows(&[(7, "other"), (9, "released:9")]);
-        assert_eq!(plan(&r, "other", Some(8)), ClaimPlan::Move { release: 7, take: Take::Insert(8) });
-        assert_eq!(plan(&r, "other", Some(9)), ClaimPlan::Move { release: 7, take: Take::TakeOver(9) });
+        assert_eq!(
+            plan(&r, "other", Some(8)),
+            ClaimPlan::Move {
+                release: 7,
+                take: Take::Insert(8)
+            }
+        );
+        assert_eq!(
+            plan(&r, "other", Some(9)),
+            ClaimPlan::Move {
+                release: 7,
+                take: Take::TakeOver(9)
+            }
+        );
     }
 
     #[test]
     fn floor_moves_with_the_epoch() {
         assert_eq!(floor_for_epoch(5000, Some(1000), 1000), 5000);
-        assert_eq!(floor_for_epoch(5000, Some(1000), 1300), 5300, "later epoch: same IDs come 300 ms later");
+        assert_eq!(
+            floor_for_epoch(5000, Some(1000), 1300),
+            5300,
+            "later epoch: same IDs come 300 ms later"
+        );
         assert_eq!(floor_for_epoch(5000, Some(1000), 800), 4800);
         assert_eq!(floor_for_epoch(5000, None, 800), 5000);
         assert_eq!(floor_for_epoch(0, Some(1000), 5000), 0, "no mark, no floor");

@@ -89,7 +89,12 @@ impl Generator {
         self.last.store(0, SeqCst);
     }
 
-    pub fn next_id(&self, cfg: &Config, clock: &dyn Clock, random: &mut dyn FnMut() -> i64) -> Result<i64, Refusal> {
+    pub fn next_id(
+        &self,
+        cfg: &Config,
+        clock: &dyn Clock,
+        random: &mut dyn FnMut() -> i64,
+    ) -> Result<i64, Refusal> {
         let mut waited_backward = false;
         loop {
             // Load the state before reading the clock: a clock read that is
@@ -102,11 +107,15 @@ impl Generator {
             let now = clock.now_ms();
             let floor = self.floor_ms.load(SeqCst);
             if now <= floor {
-                return Err(Refusal::BelowPersistedMark { behind_ms: floor - now + 1 });
+                return Err(Refusal::BelowPersistedMark {
+                    behind_ms: floor - now + 1,
+                });
             }
             let lease = self.lease_ms.load(SeqCst);
             if now > lease {
-                return Err(Refusal::LeaseExpired { ahead_ms: now - lease });
+                return Err(Refusal::LeaseExpired {
+                    ahead_ms: now - lease,
+                });
             }
             let t = now - cfg.epoch_ms;
             if !(0..=MAX_TIMESTAMP).contains(&t) {
@@ -136,7 +145,11 @@ impl Generator {
                 0
             };
             let new_word = ((t as u64) << SEQUENCE_BITS) | seq as u64;
-            if self.last.compare_exchange(word, new_word, SeqCst, SeqCst).is_ok() {
+            if self
+                .last
+                .compare_exchange(word, new_word, SeqCst, SeqCst)
+                .is_ok()
+            {
                 return Ok(encode(t, cfg.worker_id, seq));
             }
         }
@@ -170,7 +183,12 @@ mod tests {
     }
     impl FakeClock {
         fn at(ms: i64) -> Self {
-            FakeClock { now: Cell::new(ms), tick_every: Cell::new(0), reads: Cell::new(0), slept: Cell::new(0) }
+            FakeClock {
+                now: Cell::new(ms),
+                tick_every: Cell::new(0),
+                reads: Cell::new(0),
+                slept: Cell::new(0),
+            }
         }
     }
     impl Clock for FakeClock {
@@ -190,7 +208,12 @@ mod tests {
     const T0: i64 = LEAF_EPOCH_MS + 1_000_000;
 
     fn cfg() -> Config {
-        Config { epoch_ms: LEAF_EPOCH_MS, worker_id: 7, max_backward_ms: 5, random_start: false }
+        Config {
+            epoch_ms: LEAF_EPOCH_MS,
+            worker_id: 7,
+            max_backward_ms: 5,
+            random_start: false,
+        }
     }
     fn generator() -> Generator {
         let g = Generator::default();
@@ -217,7 +240,10 @@ mod tests {
         let g = generator();
         let clock = FakeClock::at(T0);
         let mut r = || 12_345_i64;
-        let c = Config { random_start: true, ..cfg() };
+        let c = Config {
+            random_start: true,
+            ..cfg()
+        };
         let d = decode(g.next_id(&c, &clock, &mut r).unwrap(), LEAF_EPOCH_MS).unwrap();
         assert_eq!(d.sequence, 45);
         clock.now.set(T0 + 1);
@@ -269,7 +295,10 @@ mod tests {
         let clock = Stuck(Cell::new(T0));
         g.next_id(&cfg(), &clock, &mut zero).unwrap();
         clock.0.set(T0 - 4);
-        assert_eq!(g.next_id(&cfg(), &clock, &mut zero), Err(Refusal::ClockBehind { offset_ms: 4 }));
+        assert_eq!(
+            g.next_id(&cfg(), &clock, &mut zero),
+            Err(Refusal::ClockBehind { offset_ms: 4 })
+        );
     }
 
     #[test]
@@ -278,7 +307,10 @@ mod tests {
         let clock = FakeClock::at(T0);
         g.next_id(&cfg(), &clock, &mut zero).unwrap();
         clock.now.set(T0 - 1000);
-        assert_eq!(g.next_id(&cfg(), &clock, &mut zero), Err(Refusal::ClockBehind { offset_ms: 1000 }));
+        assert_eq!(
+            g.next_id(&cfg(), &clock, &mut zero),
+            Err(Refusal::ClockBehind { offset_ms: 1000 })
+        );
         assert_eq!(clock.slept.get(), 0);
     }
 
@@ -288,15 +320,24 @@ mod tests {
         g.floor_ms.store(T0 + 10, SeqCst);
         g.lease_ms.store(T0 + 20, SeqCst);
         let clock = FakeClock::at(T0);
-        assert_eq!(g.next_id(&cfg(), &clock, &mut zero), Err(Refusal::BelowPersistedMark { behind_ms: 11 }));
+        assert_eq!(
+            g.next_id(&cfg(), &clock, &mut zero),
+            Err(Refusal::BelowPersistedMark { behind_ms: 11 })
+        );
         clock.now.set(T0 + 10);
-        assert!(g.next_id(&cfg(), &clock, &mut zero).is_err(), "the mark itself may have been issued");
+        assert!(
+            g.next_id(&cfg(), &clock, &mut zero).is_err(),
+            "the mark itself may have been issued"
+        );
         clock.now.set(T0 + 11);
         assert!(g.next_id(&cfg(), &clock, &mut zero).is_ok());
         clock.now.set(T0 + 20);
         assert!(g.next_id(&cfg(), &clock, &mut zero).is_ok());
         clock.now.set(T0 + 21);
-        assert_eq!(g.next_id(&cfg(), &clock, &mut zero), Err(Refusal::LeaseExpired { ahead_ms: 1 }));
+        assert_eq!(
+            g.next_id(&cfg(), &clock, &mut zero),
+            Err(Refusal::LeaseExpired { ahead_ms: 1 })
+        );
     }
 
     #[test]
@@ -307,7 +348,11 @@ mod tests {
         assert_eq!(g.close(LEAF_EPOCH_MS), Some(T0));
         clock.now.set(T0 + 5);
         assert_eq!(g.next_id(&cfg(), &clock, &mut zero), Err(Refusal::Closed));
-        assert_eq!(g.last_issued_ms(LEAF_EPOCH_MS), Some(T0), "closing issues nothing");
+        assert_eq!(
+            g.last_issued_ms(LEAF_EPOCH_MS),
+            Some(T0),
+            "closing issues nothing"
+        );
         g.reopen();
         assert!(g.next_id(&cfg(), &clock, &mut zero).unwrap() > before);
         assert_eq!(Generator::default().close(LEAF_EPOCH_MS), None);
@@ -317,7 +362,10 @@ mod tests {
     fn before_epoch_is_refused() {
         let g = generator();
         let clock = FakeClock::at(LEAF_EPOCH_MS - 1);
-        assert_eq!(g.next_id(&cfg(), &clock, &mut zero), Err(Refusal::OutOfRange));
+        assert_eq!(
+            g.next_id(&cfg(), &clock, &mut zero),
+            Err(Refusal::OutOfRange)
+        );
     }
 
     #[test]
@@ -325,7 +373,10 @@ mod tests {
         struct Real;
         impl Clock for Real {
             fn now_ms(&self) -> i64 {
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_millis() as i64
             }
             fn sleep_ms(&self, ms: i64) {
                 std::thread::sleep(std::time::Duration::from_millis(ms as u64));
@@ -345,7 +396,10 @@ mod tests {
                 })
             })
             .collect();
-        let mut all: Vec<i64> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        let mut all: Vec<i64> = handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
         let n = all.len();
         all.sort();
         all.dedup();

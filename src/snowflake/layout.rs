@@ -62,9 +62,20 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        for &(t, w, s) in &[(0, 0, 0), (MAX_TIMESTAMP, MAX_WORKER_ID, MAX_SEQUENCE), (1_000_000_000, 513, 4000)] {
+        for &(t, w, s) in &[
+            (0, 0, 0),
+            (MAX_TIMESTAMP, MAX_WORKER_ID, MAX_SEQUENCE),
+            (1_000_000_000, 513, 4000),
+        ] {
             let d = decode(encode(t, w, s), LEAF_EPOCH_MS).unwrap();
-            assert_eq!(d, Decoded { unix_ms: t + LEAF_EPOCH_MS, worker_id: w, sequence: s });
+            assert_eq!(
+                d,
+                Decoded {
+                    unix_ms: t + LEAF_EPOCH_MS,
+                    worker_id: w,
+                    sequence: s
+                }
+            );
         }
         assert!(encode(MAX_TIMESTAMP, MAX_WORKER_ID, MAX_SEQUENCE) > 0);
         assert_eq!(decode(-1, 0), None);

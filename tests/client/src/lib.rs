@@ -29,11 +29,16 @@ pub fn port() -> u16 {
              (or run scripts/test-client.sh, which starts a throwaway cluster)"
         )
     });
-    raw.trim().parse().unwrap_or_else(|_| panic!("LEAF_ID_TEST_PORT={raw:?} is not a port number"))
+    raw.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("LEAF_ID_TEST_PORT={raw:?} is not a port number"))
 }
 
 pub fn dbname() -> String {
-    std::env::var("LEAF_ID_TEST_DB").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "postgres".to_string())
+    std::env::var("LEAF_ID_TEST_DB")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "postgres".to_string())
 }
 
 fn config(application_name: &str) -> Config {
@@ -76,7 +81,12 @@ pub fn connect(application_name: &str) -> Client {
 pub fn pg_err(e: &postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => {
-            let mut s = format!("{}: {} (SQLSTATE {})", db.severity(), db.message(), db.code().code());
+            let mut s = format!(
+                "{}: {} (SQLSTATE {})",
+                db.severity(),
+                db.message(),
+                db.code().code()
+            );
             if let Some(d) = db.detail() {
                 s.push_str(&format!("; DETAIL: {d}"));
             }
@@ -94,7 +104,8 @@ pub fn pg_err(e: &postgres::Error) -> String {
 /// can otherwise both try to create it).
 pub fn ensure_extension(client: &mut Client) {
     let mut tx = client.transaction().expect("begin");
-    tx.execute("SELECT pg_advisory_xact_lock(7461726590001)", &[]).expect("advisory lock");
+    tx.execute("SELECT pg_advisory_xact_lock(7461726590001)", &[])
+        .expect("advisory lock");
     tx.batch_execute("CREATE EXTENSION IF NOT EXISTS leaf_id")
         .unwrap_or_else(|e| panic!("CREATE EXTENSION leaf_id failed: {}", pg_err(&e)));
     tx.commit().expect("commit");
@@ -104,7 +115,11 @@ pub fn ensure_extension(client: &mut Client) {
 pub fn unique_name(prefix: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() % 1_000_000_000_000;
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+        % 1_000_000_000_000;
     format!("ct_{prefix}_{}_{nanos}_{n}", std::process::id())
 }
 
@@ -130,7 +145,10 @@ impl Tag {
 impl Drop for Tag {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!("[leaf_id client tests] keeping tag {} for inspection (test failed)", self.name);
+            eprintln!(
+                "[leaf_id client tests] keeping tag {} for inspection (test failed)",
+                self.name
+            );
             return;
         }
         if let Ok(mut c) = config("leaf_id_client_cleanup").connect(NoTls) {
@@ -166,7 +184,11 @@ pub fn segment_status(client: &mut Client, tag: &str) -> Option<SegmentStatus> {
 }
 
 /// IDs of one batch statement, in the order the server returned them.
-pub fn query_ids(client: &mut Client, sql: &str, params: &[&(dyn postgres::types::ToSql + Sync)]) -> Vec<i64> {
+pub fn query_ids(
+    client: &mut Client,
+    sql: &str,
+    params: &[&(dyn postgres::types::ToSql + Sync)],
+) -> Vec<i64> {
     client
         .query(sql, params)
         .unwrap_or_else(|e| panic!("{sql}: {}", pg_err(&e)))
@@ -206,7 +228,10 @@ pub fn assert_unique(what: &str, ids: &[i64], owners: Option<&[String]>) {
     if total == 0 {
         return;
     }
-    let mut msg = format!("{what}: {total} IDs were handed out more than once (of {} drawn). First ones:", ids.len());
+    let mut msg = format!(
+        "{what}: {total} IDs were handed out more than once (of {} drawn). First ones:",
+        ids.len()
+    );
     let mut who: HashMap<i64, Vec<&str>> = HashMap::new();
     if let Some(o) = owners {
         let wanted: std::collections::HashSet<i64> = shown.iter().map(|d| d.0).collect();
@@ -227,7 +252,9 @@ pub fn assert_unique(what: &str, ids: &[i64], owners: Option<&[String]>) {
 
 /// First place where `ids` does not strictly increase: (index, previous, value).
 pub fn first_non_increase(ids: &[i64]) -> Option<(usize, i64, i64)> {
-    ids.windows(2).position(|w| w[1] <= w[0]).map(|i| (i + 1, ids[i], ids[i + 1]))
+    ids.windows(2)
+        .position(|w| w[1] <= w[0])
+        .map(|i| (i + 1, ids[i], ids[i + 1]))
 }
 
 /// A line of test output that shows even when cargo captures the test's
@@ -241,7 +268,10 @@ pub fn report(test: &str, msg: &str) {
 /// Fails the test when its budget has run out (`what`: where it was).
 pub fn check_budget(start: Instant, budget: Duration, what: &str) {
     if start.elapsed() > budget {
-        panic!("{what}: over the test's time budget of {budget:?} (elapsed {:?})", start.elapsed());
+        panic!(
+            "{what}: over the test's time budget of {budget:?} (elapsed {:?})",
+            start.elapsed()
+        );
     }
 }
 
@@ -250,13 +280,15 @@ pub fn check_budget(start: Instant, budget: Duration, what: &str) {
 /// message.
 pub fn run_workers<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
     std::thread::scope(|s| {
-        let handles: Vec<_> = (0..n).map(|i| {
-            let f = &f;
-            std::thread::Builder::new()
-                .name(format!("worker-{i}"))
-                .spawn_scoped(s, move || f(i))
-                .expect("spawn")
-        }).collect();
+        let handles: Vec<_> = (0..n)
+            .map(|i| {
+                let f = &f;
+                std::thread::Builder::new()
+                    .name(format!("worker-{i}"))
+                    .spawn_scoped(s, move || f(i))
+                    .expect("spawn")
+            })
+            .collect();
         let mut out = Vec::with_capacity(n);
         let mut failures = Vec::new();
         for (i, h) in handles.into_iter().enumerate() {
@@ -273,7 +305,11 @@ pub fn run_workers<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
             }
         }
         if !failures.is_empty() {
-            panic!("{} worker(s) failed:\n{}", failures.len(), failures.join("\n"));
+            panic!(
+                "{} worker(s) failed:\n{}",
+                failures.len(),
+                failures.join("\n")
+            );
         }
         out
     })

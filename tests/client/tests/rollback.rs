@@ -54,7 +54,10 @@ fn segment_rolled_back_ids_never_reissued() {
                 0 => {
                     let mut tx = c.transaction().unwrap();
                     let rows = tx
-                        .query("SELECT leaf_segment_next($1) FROM generate_series(1, 500)", &[&tag.name])
+                        .query(
+                            "SELECT leaf_segment_next($1) FROM generate_series(1, 500)",
+                            &[&tag.name],
+                        )
                         .unwrap_or_else(|e| panic!("{}", ctx("select", e)));
                     d.rolled_back.extend(ids_of(&rows));
                     tx.rollback().unwrap();
@@ -82,7 +85,8 @@ fn segment_rolled_back_ids_never_reissued() {
                         .unwrap_or_else(|e| panic!("{}", ctx("insert", e)));
                     d.rolled_back.extend(ids_of(&rows));
                     // (the expected error is kept out of the server log)
-                    c.batch_execute("SET LOCAL log_min_messages = panic").unwrap();
+                    c.batch_execute("SET LOCAL log_min_messages = panic")
+                        .unwrap();
                     let failed = c.batch_execute("SELECT 1 / 0");
                     assert!(failed.is_err(), "1/0 should fail");
                     c.batch_execute("ROLLBACK").unwrap();
@@ -109,14 +113,18 @@ fn segment_rolled_back_ids_never_reissued() {
                             &[&t],
                         )
                         .unwrap_or_else(|e| panic!("{}", ctx("insert after savepoint", e)));
-                    tx.commit().unwrap_or_else(|e| panic!("{}", ctx("commit", e)));
+                    tx.commit()
+                        .unwrap_or_else(|e| panic!("{}", ctx("commit", e)));
                     d.committed.extend(ids_of(&rows));
                 }
                 // committed single-row inserts
                 _ => {
                     for _ in 0..50 {
                         let row = c
-                            .query_one(&format!("INSERT INTO {table} (conn) VALUES ($1) RETURNING id"), &[&t])
+                            .query_one(
+                                &format!("INSERT INTO {table} (conn) VALUES ($1) RETURNING id"),
+                                &[&t],
+                            )
                             .unwrap_or_else(|e| panic!("{}", ctx("single insert", e)));
                         d.committed.push(row.get(0));
                     }
@@ -126,16 +134,33 @@ fn segment_rolled_back_ids_never_reissued() {
         d
     });
 
-    let rolled_back: Vec<i64> = phase1.iter().flat_map(|d| d.rolled_back.iter().copied()).collect();
-    let committed: Vec<i64> = phase1.iter().flat_map(|d| d.committed.iter().copied()).collect();
+    let rolled_back: Vec<i64> = phase1
+        .iter()
+        .flat_map(|d| d.rolled_back.iter().copied())
+        .collect();
+    let committed: Vec<i64> = phase1
+        .iter()
+        .flat_map(|d| d.committed.iter().copied())
+        .collect();
     let phase1_max = rolled_back.iter().chain(&committed).copied().max().unwrap();
 
     // the table holds exactly the committed rows
-    let in_table: Vec<i64> = query_ids(&mut admin, &format!("SELECT id FROM {table} ORDER BY id"), &[]);
+    let in_table: Vec<i64> = query_ids(
+        &mut admin,
+        &format!("SELECT id FROM {table} ORDER BY id"),
+        &[],
+    );
     let mut committed_sorted = committed.clone();
     committed_sorted.sort_unstable();
-    assert_eq!(in_table.len(), committed_sorted.len(), "rows in {table} vs committed inserts");
-    assert!(in_table == committed_sorted, "the table's ids differ from the committed inserts' ids");
+    assert_eq!(
+        in_table.len(),
+        committed_sorted.len(),
+        "rows in {table} vs committed inserts"
+    );
+    assert!(
+        in_table == committed_sorted,
+        "the table's ids differ from the committed inserts' ids"
+    );
 
     // Phase 2: draw many more, from 4 fresh connections at once.
     let phase2: Vec<Vec<i64>> = run_workers(4, |t| {
@@ -143,7 +168,11 @@ fn segment_rolled_back_ids_never_reissued() {
         let mut ids = Vec::new();
         for _ in 0..5 {
             check_budget(start, TEST_BUDGET, &format!("phase 2 connection {t}"));
-            ids.extend(query_ids(&mut c, "SELECT leaf_segment_next($1) FROM generate_series(1, 10000)", &[&tag.name]));
+            ids.extend(query_ids(
+                &mut c,
+                "SELECT leaf_segment_next($1) FROM generate_series(1, 10000)",
+                &[&tag.name],
+            ));
         }
         ids
     });
@@ -152,8 +181,18 @@ fn segment_rolled_back_ids_never_reissued() {
 
     let rb: HashSet<i64> = rolled_back.iter().copied().collect();
     let cm: HashSet<i64> = committed.iter().copied().collect();
-    let reissued_rb: Vec<i64> = after.iter().copied().filter(|id| rb.contains(id)).take(10).collect();
-    let reissued_cm: Vec<i64> = after.iter().copied().filter(|id| cm.contains(id)).take(10).collect();
+    let reissued_rb: Vec<i64> = after
+        .iter()
+        .copied()
+        .filter(|id| rb.contains(id))
+        .take(10)
+        .collect();
+    let reissued_cm: Vec<i64> = after
+        .iter()
+        .copied()
+        .filter(|id| cm.contains(id))
+        .take(10)
+        .collect();
     report(
         test,
         &format!(
@@ -167,8 +206,14 @@ fn segment_rolled_back_ids_never_reissued() {
             status.waits
         ),
     );
-    assert!(reissued_rb.is_empty(), "IDs from rolled-back transactions were handed out again: {reissued_rb:?}");
-    assert!(reissued_cm.is_empty(), "committed IDs were handed out again: {reissued_cm:?}");
+    assert!(
+        reissued_rb.is_empty(),
+        "IDs from rolled-back transactions were handed out again: {reissued_rb:?}"
+    );
+    assert!(
+        reissued_cm.is_empty(),
+        "committed IDs were handed out again: {reissued_cm:?}"
+    );
 
     let mut everything = rolled_back.clone();
     everything.extend(&committed);
@@ -197,18 +242,44 @@ fn snowflake_rolled_back_ids_never_reissued() {
         for _ in 0..10 {
             check_budget(start, TEST_BUDGET, &format!("connection {t}"));
             let mut tx = c.transaction().unwrap();
-            rolled_back.extend(query_ids_tx(&mut tx, "SELECT leaf_snowflake_next() FROM generate_series(1, 5000)"));
+            rolled_back.extend(query_ids_tx(
+                &mut tx,
+                "SELECT leaf_snowflake_next() FROM generate_series(1, 5000)",
+            ));
             tx.rollback().unwrap();
         }
-        let after = query_ids(&mut c, "SELECT leaf_snowflake_next() FROM generate_series(1, 50000)", &[]);
+        let after = query_ids(
+            &mut c,
+            "SELECT leaf_snowflake_next() FROM generate_series(1, 50000)",
+            &[],
+        );
         (rolled_back, after)
     });
     let rb: HashSet<i64> = per_conn.iter().flat_map(|p| p.0.iter().copied()).collect();
     let after: Vec<i64> = per_conn.iter().flat_map(|p| p.1.iter().copied()).collect();
-    let reissued: Vec<i64> = after.iter().copied().filter(|id| rb.contains(id)).take(10).collect();
-    report(test, &format!("{} rolled back, {} after, {:.2?}", rb.len(), after.len(), start.elapsed()));
-    assert!(reissued.is_empty(), "snowflake IDs from rolled-back transactions handed out again: {reissued:?}");
-    let mut all: Vec<i64> = per_conn.iter().flat_map(|p| p.0.iter().chain(&p.1).copied()).collect();
+    let reissued: Vec<i64> = after
+        .iter()
+        .copied()
+        .filter(|id| rb.contains(id))
+        .take(10)
+        .collect();
+    report(
+        test,
+        &format!(
+            "{} rolled back, {} after, {:.2?}",
+            rb.len(),
+            after.len(),
+            start.elapsed()
+        ),
+    );
+    assert!(
+        reissued.is_empty(),
+        "snowflake IDs from rolled-back transactions handed out again: {reissued:?}"
+    );
+    let mut all: Vec<i64> = per_conn
+        .iter()
+        .flat_map(|p| p.0.iter().chain(&p.1).copied())
+        .collect();
     all.sort_unstable();
     assert_unique(test, &all, None);
 }
@@ -238,16 +309,25 @@ fn segment_uncommitted_tag_rolled_back() {
     let first_outcome;
     {
         let mut tx = c.transaction().unwrap();
-        tx.batch_execute("SET LOCAL leaf_id.refill_timeout = '2s'").unwrap();
+        tx.batch_execute("SET LOCAL leaf_id.refill_timeout = '2s'")
+            .unwrap();
         tx.execute(
             "INSERT INTO leaf_alloc (biz_tag, step, description) VALUES ($1, 1000, 'uncommitted')",
             &[&name],
         )
         .unwrap();
-        first_outcome = match tx.query("SELECT leaf_segment_next($1) FROM generate_series(1, 100)", &[&name]) {
+        first_outcome = match tx.query(
+            "SELECT leaf_segment_next($1) FROM generate_series(1, 100)",
+            &[&name],
+        ) {
             Ok(rows) => {
                 early = ids_of(&rows);
-                format!("returned {} IDs ({}..{})", early.len(), early[0], early[early.len() - 1])
+                format!(
+                    "returned {} IDs ({}..{})",
+                    early.len(),
+                    early[0],
+                    early[early.len() - 1]
+                )
             }
             Err(e) => format!("failed: {}", pg_err(&e)),
         };
@@ -257,13 +337,19 @@ fn segment_uncommitted_tag_rolled_back() {
     // now create the tag for real, and draw
     let tag = Tag { name: name.clone() };
     admin
-        .execute("INSERT INTO leaf_alloc (biz_tag, step, description) VALUES ($1, 1000, 'committed')", &[&name])
+        .execute(
+            "INSERT INTO leaf_alloc (biz_tag, step, description) VALUES ($1, 1000, 'committed')",
+            &[&name],
+        )
         .unwrap();
     let mut later: Vec<i64> = Vec::new();
     let mut errors = Vec::new();
     // a cached "missing" state may take a moment to clear: retry for a while
     while later.is_empty() {
-        match c.query("SELECT leaf_segment_next($1) FROM generate_series(1, 5000)", &[&name]) {
+        match c.query(
+            "SELECT leaf_segment_next($1) FROM generate_series(1, 5000)",
+            &[&name],
+        ) {
             Ok(rows) => later = ids_of(&rows),
             Err(e) => {
                 errors.push(pg_err(&e));
@@ -286,7 +372,12 @@ fn segment_uncommitted_tag_rolled_back() {
         ),
     );
     let early_set: HashSet<i64> = early.iter().copied().collect();
-    let reissued: Vec<i64> = later.iter().copied().filter(|id| early_set.contains(id)).take(10).collect();
+    let reissued: Vec<i64> = later
+        .iter()
+        .copied()
+        .filter(|id| early_set.contains(id))
+        .take(10)
+        .collect();
     assert!(
         reissued.is_empty(),
         "IDs drawn while the tag's row was uncommitted (then rolled back) were handed out again: {reissued:?}"

@@ -28,11 +28,20 @@ fn segment_batched_8x100k_no_duplicates() {
         let t0 = Instant::now();
         let mut ids = Vec::with_capacity(PER_THREAD);
         while ids.len() < PER_THREAD {
-            check_budget(start, TEST_BUDGET, &format!("thread {t} after {} IDs", ids.len()));
+            check_budget(
+                start,
+                TEST_BUDGET,
+                &format!("thread {t} after {} IDs", ids.len()),
+            );
             let rows = c
                 .query(&stmt, &[&tag.name, &BATCH])
                 .unwrap_or_else(|e| panic!("thread {t} after {} IDs: {}", ids.len(), pg_err(&e)));
-            assert_eq!(rows.len(), BATCH as usize, "thread {t}: a batch returned {} rows", rows.len());
+            assert_eq!(
+                rows.len(),
+                BATCH as usize,
+                "thread {t}: a batch returned {} rows",
+                rows.len()
+            );
             ids.extend(rows.iter().map(|r| r.get::<_, i64>(0)));
         }
         (ids, t0.elapsed())

@@ -32,8 +32,13 @@ fn segment_missing_tag_error_names_own_tag() {
             if t % 2 == 0 {
                 // A: uncommitted tag
                 let mut tx = c.transaction().unwrap();
-                tx.batch_execute("SET LOCAL leaf_id.refill_timeout = '5s'").unwrap();
-                tx.execute("INSERT INTO leaf_alloc (biz_tag, step) VALUES ($1, 10)", &[&name]).unwrap();
+                tx.batch_execute("SET LOCAL leaf_id.refill_timeout = '5s'")
+                    .unwrap();
+                tx.execute(
+                    "INSERT INTO leaf_alloc (biz_tag, step) VALUES ($1, 10)",
+                    &[&name],
+                )
+                .unwrap();
                 match tx.query_one("SELECT leaf_segment_next($1)", &[&name]) {
                     Ok(row) => other.push(format!(
                         "round {round}: draw from uncommitted tag {name} returned {}",
@@ -49,17 +54,27 @@ fn segment_missing_tag_error_names_own_tag() {
                 let _ = tx.rollback();
             } else {
                 // B: fresh committed tag, one draw, then delete it
-                c.execute("INSERT INTO leaf_alloc (biz_tag, step) VALUES ($1, 10)", &[&name]).unwrap();
+                c.execute(
+                    "INSERT INTO leaf_alloc (biz_tag, step) VALUES ($1, 10)",
+                    &[&name],
+                )
+                .unwrap();
                 match c.query_one("SELECT leaf_segment_next($1)", &[&name]) {
                     Ok(row) => {
                         let id: i64 = row.get(0);
                         if id != 1 {
-                            other.push(format!("round {round}: first ID of fresh tag {name} is {id}, expected 1"));
+                            other.push(format!(
+                                "round {round}: first ID of fresh tag {name} is {id}, expected 1"
+                            ));
                         }
                     }
-                    Err(e) => other.push(format!("round {round}: committed tag {name} failed: {}", pg_err(&e))),
+                    Err(e) => other.push(format!(
+                        "round {round}: committed tag {name} failed: {}",
+                        pg_err(&e)
+                    )),
                 }
-                c.execute("DELETE FROM leaf_alloc WHERE biz_tag = $1", &[&name]).unwrap();
+                c.execute("DELETE FROM leaf_alloc WHERE biz_tag = $1", &[&name])
+                    .unwrap();
             }
         }
         (wrong, other)
@@ -74,7 +89,10 @@ fn segment_missing_tag_error_names_own_tag() {
             start.elapsed(),
             wrong.len(),
             other.len(),
-            wrong.first().map(|w| format!("; first: {w}")).unwrap_or_default()
+            wrong
+                .first()
+                .map(|w| format!("; first: {w}"))
+                .unwrap_or_default()
         ),
     );
     assert!(

@@ -17,10 +17,20 @@ fn alternate(test: &str, tag: &str, draws: usize) -> Vec<i64> {
         if i % 500 == 0 {
             check_budget(start, TEST_BUDGET, &format!("draw {i}"));
         }
-        let (c, s) = if i % 2 == 0 { (&mut a, &sa) } else { (&mut b, &sb) };
+        let (c, s) = if i % 2 == 0 {
+            (&mut a, &sa)
+        } else {
+            (&mut b, &sb)
+        };
         let id: i64 = c
             .query_one(s, &[&tag])
-            .unwrap_or_else(|e| panic!("draw {i} (session {}): {}", if i % 2 == 0 { "A" } else { "B" }, pg_err(&e)))
+            .unwrap_or_else(|e| {
+                panic!(
+                    "draw {i} (session {}): {}",
+                    if i % 2 == 0 { "A" } else { "B" },
+                    pg_err(&e)
+                )
+            })
             .get(0);
         ids.push(id);
     }
@@ -55,7 +65,13 @@ fn segment_two_sessions_one_stream_large_step() {
     let gaps = ids.windows(2).filter(|w| w[1] != w[0] + 1).count();
     report(
         test,
-        &format!("{} alternating draws in {:.2?}: {}..{}, {gaps} gaps", ids.len(), start.elapsed(), ids[0], ids[ids.len() - 1]),
+        &format!(
+            "{} alternating draws in {:.2?}: {}..{}, {gaps} gaps",
+            ids.len(),
+            start.elapsed(),
+            ids[0],
+            ids[ids.len() - 1]
+        ),
     );
     assert_increasing(test, &ids);
     assert_eq!(
@@ -106,13 +122,28 @@ fn segment_each_session_increasing_under_concurrency() {
         let mut ids = Vec::new();
         for _ in 0..10 {
             check_budget(start, TEST_BUDGET, &format!("session {t}"));
-            ids.extend(query_ids(&mut c, "SELECT leaf_segment_next($1) FROM generate_series(1, 5000)", &[&tag.name]));
+            ids.extend(query_ids(
+                &mut c,
+                "SELECT leaf_segment_next($1) FROM generate_series(1, 5000)",
+                &[&tag.name],
+            ));
         }
         if let Some((i, prev, cur)) = first_non_increase(&ids) {
-            panic!("session {t}: its IDs do not strictly increase: #{} = {prev}, #{i} = {cur}", i - 1);
+            panic!(
+                "session {t}: its IDs do not strictly increase: #{} = {prev}, #{i} = {cur}",
+                i - 1
+            );
         }
         ids
     });
-    report(test, &format!("{} sessions x {} IDs in {:.2?}", per.len(), per[0].len(), start.elapsed()));
+    report(
+        test,
+        &format!(
+            "{} sessions x {} IDs in {:.2?}",
+            per.len(),
+            per[0].len(),
+            start.elapsed()
+        ),
+    );
     assert_unique(test, &per.concat(), None);
 }

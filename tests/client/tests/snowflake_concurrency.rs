@@ -22,11 +22,22 @@ fn snowflake_8x200k_unique_increasing_one_worker() {
     let (_, first_worker, _) = snowflake_parts(first[0]);
     // the server's own decode agrees with the layout
     let decoded: i32 = admin
-        .query_one("SELECT worker_id FROM leaf_snowflake_decode($1)", &[&first[0]])
+        .query_one(
+            "SELECT worker_id FROM leaf_snowflake_decode($1)",
+            &[&first[0]],
+        )
         .map(|r| r.get(0))
         .unwrap_or_else(|e| panic!("leaf_snowflake_decode: {}", pg_err(&e)));
-    assert_eq!(decoded as i64, first_worker, "leaf_snowflake_decode({}) worker id", first[0]);
-    assert_eq!(status_worker, Some(decoded), "leaf_snowflake_status.worker_id vs the IDs' worker id");
+    assert_eq!(
+        decoded as i64, first_worker,
+        "leaf_snowflake_decode({}) worker id",
+        first[0]
+    );
+    assert_eq!(
+        status_worker,
+        Some(decoded),
+        "leaf_snowflake_status.worker_id vs the IDs' worker id"
+    );
 
     let per_thread: Vec<(Vec<i64>, Duration)> = run_workers(THREADS, |t| {
         let mut c = connect(&format!("{test}-{t}"));
@@ -36,11 +47,20 @@ fn snowflake_8x200k_unique_increasing_one_worker() {
         let t0 = Instant::now();
         let mut ids: Vec<i64> = Vec::with_capacity(PER_THREAD);
         while ids.len() < PER_THREAD {
-            check_budget(start, TEST_BUDGET, &format!("thread {t} after {} IDs", ids.len()));
+            check_budget(
+                start,
+                TEST_BUDGET,
+                &format!("thread {t} after {} IDs", ids.len()),
+            );
             let rows = c
                 .query(&stmt, &[&BATCH])
                 .unwrap_or_else(|e| panic!("thread {t} after {} IDs: {}", ids.len(), pg_err(&e)));
-            assert_eq!(rows.len(), BATCH as usize, "thread {t}: a batch returned {} rows", rows.len());
+            assert_eq!(
+                rows.len(),
+                BATCH as usize,
+                "thread {t}: a batch returned {} rows",
+                rows.len()
+            );
             ids.extend(rows.iter().map(|r| r.get::<_, i64>(0)));
         }
         // Rows come back in generation order, so one connection's IDs must
@@ -57,21 +77,37 @@ fn snowflake_8x200k_unique_increasing_one_worker() {
         // the server decodes a few of them the same way
         for &id in [ids[0], ids[ids.len() / 2], ids[ids.len() - 1]].iter() {
             let r = c
-                .query_one("SELECT worker_id, sequence FROM leaf_snowflake_decode($1)", &[&id])
+                .query_one(
+                    "SELECT worker_id, sequence FROM leaf_snowflake_decode($1)",
+                    &[&id],
+                )
                 .unwrap_or_else(|e| panic!("decode {id}: {}", pg_err(&e)));
             let (_, w, s) = snowflake_parts(id);
-            assert_eq!((r.get::<_, i32>(0) as i64, r.get::<_, i32>(1) as i64), (w, s), "decode of {id}");
+            assert_eq!(
+                (r.get::<_, i32>(0) as i64, r.get::<_, i32>(1) as i64),
+                (w, s),
+                "decode of {id}"
+            );
         }
         (ids, t0.elapsed())
     });
 
-    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
     let epoch_ms: i64 = admin
-        .query_one("SELECT (extract(epoch FROM epoch) * 1000)::bigint FROM leaf_snowflake_status", &[])
+        .query_one(
+            "SELECT (extract(epoch FROM epoch) * 1000)::bigint FROM leaf_snowflake_status",
+            &[],
+        )
         .map(|r| r.get(0))
         .unwrap_or_else(|e| panic!("leaf_snowflake_status.epoch: {}", pg_err(&e)));
     let sf = admin
-        .query_one("SELECT rollback_events, sequence_waits FROM leaf_snowflake_status", &[])
+        .query_one(
+            "SELECT rollback_events, sequence_waits FROM leaf_snowflake_status",
+            &[],
+        )
         .expect("leaf_snowflake_status");
     let (rollbacks, seq_waits): (i64, i64) = (sf.get(0), sf.get(1));
 
@@ -81,7 +117,9 @@ fn snowflake_8x200k_unique_increasing_one_worker() {
         all.extend_from_slice(ids);
         owners.extend(std::iter::repeat_n(format!("thread {t}"), ids.len()));
     }
-    let mut wrong_worker = all.iter().filter(|&&id| snowflake_parts(id).1 != first_worker);
+    let mut wrong_worker = all
+        .iter()
+        .filter(|&&id| snowflake_parts(id).1 != first_worker);
     if let Some(&bad) = wrong_worker.next() {
         panic!(
             "ID {bad} decodes to worker id {} but the others to {first_worker} ({} such IDs)",
@@ -100,7 +138,8 @@ fn snowflake_8x200k_unique_increasing_one_worker() {
         );
     }
     let slowest = per_thread.iter().map(|p| p.1).max().unwrap();
-    let span_ms = snowflake_parts(*all.iter().max().unwrap()).0 - snowflake_parts(*all.iter().min().unwrap()).0;
+    let span_ms = snowflake_parts(*all.iter().max().unwrap()).0
+        - snowflake_parts(*all.iter().min().unwrap()).0;
     report(
         test,
         &format!(
