@@ -67,7 +67,7 @@ pub fn ensure_worker(sh: &Shared, db: usize) {
         sh.wake_worker(db);
         return;
     }
-    let now = crate::shmem::unix_ms();
+    let now = crate::clock::unix_ms();
     {
         let _g = sh.lock_global();
         if slot.worker_pid.load(SeqCst) != 0 {

@@ -2,13 +2,14 @@
 //!
 //! Pure algorithms: `segment` (double buffer, dynamic step) and `snowflake`
 //! (layout, generator and clock rules, worker-id claim). Postgres glue:
-//! `settings` (GUCs), `shmem` (shared memory), `worker` and
+//! `settings` (GUCs), `shmem` (shared memory), `clock` (time conversions), `worker` and
 //! `snowflake_worker` (the background worker), `backend` (waiting on it),
 //! `segment_api` and `snowflake_api` (the SQL functions), `errors`.
 
 use pgrx::prelude::*;
 
 pub mod backend;
+pub mod clock;
 pub mod errors;
 pub mod segment;
 pub mod segment_api;

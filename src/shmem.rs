@@ -457,18 +457,3 @@ impl Shared {
         unsafe { pg_sys::ConditionVariableBroadcast(self.db(db).cv.get()) };
     }
 }
-
-/// Unix milliseconds of the real clock.
-pub fn unix_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
-pub fn unix_us() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros() as i64)
-        .unwrap_or(0)
-}

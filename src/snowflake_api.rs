@@ -1,8 +1,8 @@
 //! SQL surface of snowflake mode.
 
 use crate::backend::{self, Deadline};
+use crate::clock::{tstz_from_unix_ms, unix_ms_from_tstz};
 use crate::errors::{raise, raise_recorded, require_writable};
-use crate::segment_api::tstz_from_unix_ms;
 use crate::settings;
 use crate::shmem::SnowflakeState;
 use crate::snowflake::generator::{Clock, Config, Refusal};
@@ -27,7 +27,7 @@ fn random() -> i64 {
     static mut STATE: u64 = 0;
     unsafe {
         if STATE == 0 {
-            STATE = (pgrx::pg_sys::MyProcPid as u64) << 32 ^ crate::shmem::unix_us() as u64 | 1;
+            STATE = (pgrx::pg_sys::MyProcPid as u64) << 32 ^ crate::clock::unix_us() as u64 | 1;
         }
         STATE ^= STATE << 13;
         STATE ^= STATE >> 7;
@@ -46,7 +46,7 @@ pub fn epoch() -> i64 {
 /// Validate the epoch setting at server start.
 pub fn check_epoch() -> Result<i64, String> {
     let epoch = settings::epoch_ms()?;
-    let now = crate::shmem::unix_ms();
+    let now = crate::clock::unix_ms();
     if epoch < 0 || epoch > now {
         return Err(format!(
             "leaf_id.epoch_ms = {epoch} is in the future or negative"
@@ -188,8 +188,7 @@ fn leaf_snowflake_min_id(at: TimestampWithTimeZone) -> i64 {
             None,
         );
     }
-    let pg_us: i64 = at.into();
-    let unix_ms = (pg_us + 946_684_800_000_000).div_euclid(1000);
+    let unix_ms = unix_ms_from_tstz(at);
     let e = epoch();
     if unix_ms < e || unix_ms > layout::last_unix_ms(e) {
         raise(

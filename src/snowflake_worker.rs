@@ -1,8 +1,9 @@
 //! The snowflake half of the worker: claim a worker id from `leaf_worker`
 //! and keep the persisted high-water mark ahead of the clock.
 
+use crate::clock::unix_ms;
 use crate::settings;
-use crate::shmem::{shared, unix_ms};
+use crate::shmem::shared;
 use crate::snowflake::claim::{self, ClaimPlan, RegistryRow, Take};
 use crate::worker::JobError;
 use pgrx::prelude::*;

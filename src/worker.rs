@@ -10,7 +10,8 @@ use crate::errors::code_of;
 use crate::segment::buffer::MAX_SEGMENT_LEN;
 use crate::segment::step::{PreviousRefill, StepPolicy};
 use crate::settings;
-use crate::shmem::{Shared, SnowflakeState, TagStatus, shared, unix_us};
+use crate::clock::unix_us;
+use crate::shmem::{Shared, SnowflakeState, TagStatus, shared};
 use pgrx::bgworkers::{
     BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
 };

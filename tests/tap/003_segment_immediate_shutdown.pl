@@ -128,15 +128,7 @@ for my $round (1 .. 4)
 	$other_before{$_} = 1 for @new_other;
 }
 
-is( $node->safe_psql(
-		'postgres',
-		'SELECT count(*) FROM (SELECT id FROM issued GROUP BY id HAVING count(*) > 1) d'
-	),
-	'0',
-	'no ID committed twice in "issued" over all rounds');
-my @dups = duplicates(@all_received);
-is_deeply(\@dups, [], 'no ID received twice by clients over all rounds')
-  or diag 'duplicated: ' . join(' ', @dups[ 0 .. ($#dups < 9 ? $#dups : 9) ]);
+no_duplicates_over_all_rounds($node, @all_received);
 
 $node->stop;
 done_testing();

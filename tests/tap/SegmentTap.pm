@@ -19,6 +19,7 @@ our @EXPORT = qw(
   leaf_node try_sql sqlstate_of draw_ids duplicates max_of min_of
   start_client finish_clients client_ids backend_pid wait_until
   wait_for_server read_ids_file start_load issued_count
+  no_duplicates_over_all_rounds
   session session_query status_tags
 );
 
@@ -266,6 +267,22 @@ sub status_tags
 	my ($node, $db) = @_;
 	return split /\n/,
 	  $node->safe_psql($db, 'SELECT tag FROM leaf_segment_status ORDER BY tag');
+}
+
+# After crash rounds: no ID is committed twice in table "issued", and no ID
+# reached two clients.
+sub no_duplicates_over_all_rounds
+{
+	my ($node, @all_received) = @_;
+	is( $node->safe_psql(
+			'postgres',
+			'SELECT count(*) FROM (SELECT id FROM issued GROUP BY id HAVING count(*) > 1) d'
+		),
+		'0',
+		'no ID committed twice in "issued" over all rounds');
+	my @dups = duplicates(@all_received);
+	is_deeply(\@dups, [], 'no ID received twice by clients over all rounds')
+	  or diag 'duplicated: ' . join(' ', @dups[ 0 .. ($#dups < 9 ? $#dups : 9) ]);
 }
 
 1;

@@ -1,0 +1,39 @@
+//! The real clock, and Unix times as Postgres timestamps.
+
+use pgrx::prelude::*;
+
+/// Unix milliseconds of the real clock.
+pub fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+pub fn unix_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}
+
+/// Postgres timestamps count microseconds from 2000-01-01.
+const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
+
+/// None for 0 (never set).
+pub fn tstz_from_unix_us(us: i64) -> Option<TimestampWithTimeZone> {
+    if us == 0 {
+        return None;
+    }
+    TimestampWithTimeZone::try_from(us - PG_EPOCH_OFFSET_US).ok()
+}
+
+/// Unix milliseconds of a finite timestamp (rounded down).
+pub fn unix_ms_from_tstz(ts: TimestampWithTimeZone) -> i64 {
+    let pg_us: i64 = ts.into();
+    (pg_us + PG_EPOCH_OFFSET_US).div_euclid(1000)
+}
+
+pub fn tstz_from_unix_ms(ms: i64) -> Option<TimestampWithTimeZone> {
+    tstz_from_unix_us(ms.checked_mul(1000)?)
+}
