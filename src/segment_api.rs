@@ -2,6 +2,7 @@
 //! `leaf_segment_status()`.
 
 use crate::backend::{self, Deadline};
+use crate::clock::tstz_from_unix_us;
 use crate::errors::{raise, raise_recorded, require_writable};
 use crate::segment::buffer::{SlowPath, Take};
 use crate::shmem::{Shared, TAG_MAX_CHARS, TagStatus};
@@ -160,9 +161,18 @@ pub fn next_id(tag: &str) -> i64 {
                 error_seq
             }
         };
-        if slot.status() == TagStatus::Missing || error_seq != seen {
+        let missing = slot.status() == TagStatus::Missing;
+        if missing && error_seq == seen {
+            // found missing before this call asked: the row may be back
+            // since, so ask again with a fresh slot
+            drop(guard);
+            sh.free_tag(i, epoch);
+            forget(tag);
+            continue;
+        }
+        if error_seq != seen {
+            // the worker's answer to this call
             let (code, message) = slot.error.get();
-            let missing = slot.status() == TagStatus::Missing;
             drop(guard);
             backend::end_wait();
             if missing {
@@ -207,18 +217,6 @@ fn leaf_segment_next(tag: Option<&str>) -> i64 {
     let tag = validate_tag(tag);
     require_writable("leaf_segment_next()");
     next_id(tag)
-}
-
-fn tstz_from_unix_us(us: i64) -> Option<TimestampWithTimeZone> {
-    if us == 0 {
-        return None;
-    }
-    const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
-    TimestampWithTimeZone::try_from(us - PG_EPOCH_OFFSET_US).ok()
-}
-
-pub(crate) fn tstz_from_unix_ms(ms: i64) -> Option<TimestampWithTimeZone> {
-    tstz_from_unix_us(ms.checked_mul(1000)?)
 }
 
 #[allow(clippy::type_complexity)]

@@ -6,11 +6,11 @@
 //! dynamic background worker), one per database; it exits when leaf_id is
 //! dropped from the database.
 
+use crate::clock::unix_us;
 use crate::errors::code_of;
 use crate::segment::buffer::MAX_SEGMENT_LEN;
 use crate::segment::step::{PreviousRefill, StepPolicy};
 use crate::settings;
-use crate::clock::unix_us;
 use crate::shmem::{Shared, SnowflakeState, TagStatus, shared};
 use pgrx::bgworkers::{
     BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
@@ -193,6 +193,8 @@ struct Worker {
     dboid: u32,
     /// per slot: what its last refill used and when (for the dynamic step)
     previous: HashMap<(usize, u64), (PreviousRefill, Instant)>,
+    /// slots whose last refill failed: retried only when a caller asks
+    failed: HashSet<(usize, u64)>,
     last_resync: Instant,
     last_heartbeat: Option<Instant>,
     extension_gone: bool,
@@ -261,6 +263,7 @@ impl Worker {
         }
         match result {
             Ok(r) => {
+                self.failed.remove(&(i, epoch));
                 self.previous.insert(
                     (i, epoch),
                     (
@@ -275,6 +278,7 @@ impl Worker {
             }
             Err(e) => {
                 self.note(&e);
+                self.failed.insert((i, epoch));
                 pgrx::log!("leaf_id: refill of tag \"{}\" failed: {}", tag, e.message);
             }
         }
@@ -290,10 +294,13 @@ impl Worker {
     fn refill_all_needed(&mut self) {
         for i in self.my_slots() {
             let slot = self.sh.tag(i);
+            // a failed slot waits for a caller's request instead of being
+            // retried (and logged) on every round
+            let retry_allowed = !self.failed.contains(&(i, slot.epoch.load(SeqCst)));
             let wanted = match slot.status() {
-                TagStatus::Loading => true,
-                TagStatus::Active => {
-                    slot.refill_requested.load(SeqCst) || slot.pair.wants_prefetch()
+                TagStatus::Loading | TagStatus::Active => {
+                    slot.refill_requested.load(SeqCst)
+                        || (retry_allowed && slot.pair.wants_prefetch())
                 }
                 _ => false,
             };
@@ -344,8 +351,11 @@ impl Worker {
                 );
             }
         }
+        let sh = self.sh;
         self.previous
-            .retain(|(i, epoch), _| self.sh.tag(*i).epoch.load(SeqCst) == *epoch);
+            .retain(|(i, epoch), _| sh.tag(*i).epoch.load(SeqCst) == *epoch);
+        self.failed
+            .retain(|(i, epoch)| sh.tag(*i).epoch.load(SeqCst) == *epoch);
         self.sh.broadcast(self.db);
     }
 
@@ -376,7 +386,9 @@ impl Worker {
             let due = self.last_heartbeat.is_none_or(|t| {
                 t.elapsed() >= Duration::from_millis(settings::HEARTBEAT_INTERVAL.get() as u64)
             });
-            if due || slot.snowflake_lease_wanted.swap(false, SeqCst) {
+            // clear the request either way: this renewal serves it
+            let wanted = slot.snowflake_lease_wanted.swap(false, SeqCst);
+            if due || wanted {
                 self.last_heartbeat = Some(Instant::now());
                 let result =
                     in_transaction(|schema| crate::snowflake_worker::renew(schema, self.db));
@@ -489,6 +501,7 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
         db,
         dboid,
         previous: HashMap::new(),
+        failed: HashSet::new(),
         last_resync: Instant::now(),
         last_heartbeat: None,
         extension_gone: false,

@@ -19,3 +19,12 @@ SELECT unnest(extconfig)::regclass FROM pg_extension WHERE extname = 'leaf_id' O
 -- every setting is visible with a description
 SELECT name, setting, unit, context, short_desc <> '' AS described
 FROM pg_settings WHERE name LIKE 'leaf_id.%' ORDER BY name;
+
+-- the later files show SQLSTATEs with this helper
+CREATE FUNCTION regress_sqlstate(query text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+  EXECUTE query;
+  RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+  RETURN SQLSTATE;
+END $$;

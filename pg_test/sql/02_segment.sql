@@ -54,6 +54,13 @@ SELECT leaf_segment_next('zero step');
 DELETE FROM leaf_alloc WHERE biz_tag = 'zero step';
 ALTER TABLE leaf_alloc ADD CONSTRAINT leaf_alloc_step_positive CHECK (step >= 1);
 
+-- so is a negative max_id
+ALTER TABLE leaf_alloc DROP CONSTRAINT leaf_alloc_max_id_not_negative;
+INSERT INTO leaf_alloc (biz_tag, step, max_id) VALUES ('negative', 10, -5);
+SELECT leaf_segment_next('negative');
+DELETE FROM leaf_alloc WHERE biz_tag = 'negative';
+ALTER TABLE leaf_alloc ADD CONSTRAINT leaf_alloc_max_id_not_negative CHECK (max_id >= 0);
+
 -- the end of bigint: the last IDs, then an error, never a wrap
 INSERT INTO leaf_alloc (biz_tag, step, max_id) VALUES ('almost full', 3, 9223372036854775802);
 SELECT leaf_segment_next('almost full') FROM generate_series(1, 5);
@@ -87,6 +94,25 @@ BEGIN
 END $$;
 -- only IDs reserved before the DELETE were handed out after it
 SELECT coalesce(bool_and(id < :reserved_to), true) AS reserved_before_delete FROM after_delete;
+
+-- SQLSTATEs of the input errors above
+ALTER TABLE leaf_alloc DROP CONSTRAINT leaf_alloc_step_positive;
+ALTER TABLE leaf_alloc DROP CONSTRAINT leaf_alloc_max_id_not_negative;
+INSERT INTO leaf_alloc (biz_tag, step, max_id) VALUES ('zero step', 0, 1), ('negative', 10, -5);
+SELECT q, regress_sqlstate(q) FROM (VALUES
+  ($$SELECT leaf_segment_next(NULL)$$),
+  ($$SELECT leaf_segment_next('')$$),
+  ($$SELECT leaf_segment_next(repeat('x', 129))$$),
+  ($$SELECT leaf_segment_next('no tag like this')$$),
+  ($$SELECT leaf_segment_next('zero step')$$),
+  ($$SELECT leaf_segment_next('negative')$$),
+  ($$SELECT leaf_segment_next('almost full')$$)) v(q);
+DELETE FROM leaf_alloc WHERE biz_tag IN ('zero step', 'negative');
+ALTER TABLE leaf_alloc ADD CONSTRAINT leaf_alloc_step_positive CHECK (step >= 1);
+ALTER TABLE leaf_alloc ADD CONSTRAINT leaf_alloc_max_id_not_negative CHECK (max_id >= 0);
+BEGIN READ ONLY;
+SELECT regress_sqlstate($$SELECT leaf_segment_next('order')$$);
+ROLLBACK;
 
 -- the ID function is volatile and parallel unsafe
 EXPLAIN (COSTS OFF) SELECT * FROM orders WHERE id = leaf_segment_next('order');

@@ -14,6 +14,12 @@ SELECT (d).timestamp FROM (SELECT leaf_snowflake_decode(leaf_snowflake_min_id('2
 SELECT leaf_snowflake_min_id('2000-01-01');
 SELECT leaf_snowflake_min_id('infinity');
 
+-- their SQLSTATEs
+SELECT q, regress_sqlstate(q) FROM (VALUES
+  ($$SELECT leaf_snowflake_decode(-1)$$),
+  ($$SELECT leaf_snowflake_min_id('2000-01-01')$$),
+  ($$SELECT leaf_snowflake_min_id('infinity')$$)) v(q);
+
 -- IDs: positive, increasing, decode to now and to the worker id in the status
 SELECT count(*) AS ids, count(DISTINCT id) AS distinct_ids,
        bool_and(id > 0) AS positive
