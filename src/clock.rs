@@ -10,6 +10,12 @@ pub fn unix_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// The snowflake clock (generator and worker): the system clock shifted by
+/// the test setting `leaf_id.test_clock_offset_ms`.
+pub fn clock_ms() -> i64 {
+    unix_ms() + crate::settings::TEST_CLOCK_OFFSET_MS.get() as i64
+}
+
 pub fn unix_us() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -1,13 +1,12 @@
 //! SQL surface of snowflake mode.
 
 use crate::backend::{self, Deadline};
-use crate::clock::{tstz_from_unix_ms, unix_ms_from_tstz};
+use crate::clock::{clock_ms, tstz_from_unix_ms, unix_ms_from_tstz};
 use crate::errors::{raise, raise_recorded, require_writable};
 use crate::settings;
 use crate::shmem::SnowflakeState;
 use crate::snowflake::generator::{Clock, Config, Refusal};
 use crate::snowflake::layout::{self, MAX_TIMESTAMP};
-use crate::snowflake_worker::clock_ms;
 use pgrx::prelude::*;
 use std::sync::atomic::Ordering::SeqCst;
 

@@ -1,7 +1,7 @@
 //! The snowflake half of the worker: claim a worker id from `leaf_worker`
 //! and keep the persisted high-water mark ahead of the clock.
 
-use crate::clock::unix_ms;
+use crate::clock::clock_ms;
 use crate::settings;
 use crate::shmem::shared;
 use crate::snowflake::claim::{self, ClaimPlan, RegistryRow, Take};
@@ -9,11 +9,6 @@ use crate::worker::JobError;
 use pgrx::prelude::*;
 use pgrx::spi::{Spi, SpiClient};
 use std::sync::atomic::Ordering::SeqCst;
-
-/// The generator's clock: the system clock shifted by the test setting.
-pub fn clock_ms() -> i64 {
-    unix_ms() + settings::TEST_CLOCK_OFFSET_MS.get() as i64
-}
 
 fn spi_err(e: pgrx::spi::SpiError) -> JobError {
     JobError::new(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string())
