@@ -8,13 +8,24 @@
 //! (an LWLock in Postgres, a mutex in the unit tests): only readers are
 //! lock-free.
 //!
-//! Why a generation in the state word: a reader may load `current`, be
-//! preempted, and `fetch_add` on a segment that has meanwhile been exhausted,
-//! switched away from and refilled with a new range. The generation in the
-//! word it gets back tells it which range its offset belongs to, and a
-//! seqlock-style check on the range metadata makes sure it adds that offset to
-//! that range's start and no other. An offset is handed to exactly one
-//! `fetch_add`, so every ID of a range goes to at most one caller.
+//! Why a generation: a reader may load `current`, be preempted, and
+//! `fetch_add` on a segment that has meanwhile been exhausted, switched away
+//! from and refilled with a new range. Each publish gives the segment a new
+//! generation. The reader loads the full 64-bit generation of the metadata
+//! before its `fetch_add` ([`Segment::begin_take`]), and afterwards
+//! ([`Segment::finish_take`]) accepts its offset only if the word it got back
+//! carries that generation and the metadata still has exactly it: then no
+//! publish happened between the two, and the offset belongs to that range.
+//! The word holds only the low 24 bits of the generation; they wrap after
+//! 2^24 publishes (retires count too), but the 64-bit comparison does not, so
+//! a reader stalled across any number of publishes gets `Stale`. An offset is
+//! handed to exactly one `fetch_add`, so every ID of a range goes to at most
+//! one caller.
+//!
+//! IDs are unique, not strictly increasing per session: a reader stalled
+//! between loading `current` and its `fetch_add` can take from a segment that
+//! was switched away from and refilled with a newer range meanwhile, so its
+//! ID can be above the IDs its session takes next.
 
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering::SeqCst};
 
@@ -34,13 +45,24 @@ fn unpack(word: u64) -> (u64, u64) {
     (word >> OFFSET_BITS, word & OFFSET_MASK)
 }
 
+/// What a reader holds between the two halves of a take.
+#[derive(Debug, Clone, Copy)]
+pub struct Ticket {
+    /// full generation of the metadata before the `fetch_add`
+    expected: u64,
+    /// the word the `fetch_add` returned
+    word: u64,
+}
+
 /// One reserved range `[start, start + len)` and how much of it is taken.
 #[repr(C)]
 #[derive(Default)]
 pub struct Segment {
-    /// generation << 40 | number of `fetch_add`s since the range was published
+    /// low 24 bits of the generation << 40 | number of `fetch_add`s since the
+    /// range was published
     state: AtomicU64,
-    /// generation whose range `start`/`len` describe (| WRITING while changing)
+    /// full generation whose range `start`/`len` describe (| WRITING while
+    /// changing); only ever grows
     meta_gen: AtomicU64,
     start: AtomicI64,
     len: AtomicI64,
@@ -75,14 +97,32 @@ impl SegmentView {
 impl Segment {
     /// Lock-free: take one ID.
     pub fn take(&self) -> Take {
-        let (generation, offset) = unpack(self.state.fetch_add(1, SeqCst));
+        self.finish_take(self.begin_take())
+    }
+
+    /// First half of [`take`](Self::take): the generation the reader expects,
+    /// then its one `fetch_add`. Split only so that tests can interleave
+    /// publishes between the halves.
+    pub fn begin_take(&self) -> Ticket {
+        let expected = self.meta_gen.load(SeqCst);
+        let word = self.state.fetch_add(1, SeqCst);
+        Ticket { expected, word }
+    }
+
+    /// Second half of [`take`](Self::take): what the ticket's offset is.
+    pub fn finish_take(&self, ticket: Ticket) -> Take {
+        let (word_gen, offset) = unpack(ticket.word);
         let m1 = self.meta_gen.load(SeqCst);
         let start = self.start.load(SeqCst);
         let len = self.len.load(SeqCst);
         let m2 = self.meta_gen.load(SeqCst);
-        if m1 != m2 || m1 != generation {
-            // the range was replaced (or is being replaced) since our
-            // fetch_add: our offset belongs to no range we can name
+        if ticket.expected & WRITING != 0
+            || m1 != ticket.expected
+            || m2 != ticket.expected
+            || word_gen != ticket.expected & GEN_MASK
+        {
+            // a publish happened since the reader looked (or is under way):
+            // its offset belongs to no range it can name
             return Take::Stale;
         }
         let offset = offset as i64;
@@ -103,7 +143,7 @@ impl Segment {
         let m = self.meta_gen.load(SeqCst);
         let start = self.start.load(SeqCst);
         let len = self.len.load(SeqCst);
-        let taken = if m == generation {
+        let taken = if m & GEN_MASK == generation && m & WRITING == 0 {
             (offset as i64).min(len)
         } else {
             len
@@ -126,8 +166,8 @@ impl Segment {
             (0..=MAX_SEGMENT_LEN).contains(&len),
             "segment length out of range"
         );
-        let (generation, _) = unpack(self.state.load(SeqCst));
-        let next_gen = (generation + 1) & GEN_MASK;
+        let generation = self.meta_gen.load(SeqCst) & !WRITING;
+        let next_gen = generation + 1;
         // readers that fetch_add from here on still see the old generation in
         // the word and a WRITING or new meta: they retry or see Exhausted
         self.meta_gen.store(generation | WRITING, SeqCst);
@@ -354,6 +394,60 @@ mod tests {
                 Take::Exhausted
             ]
         );
+    }
+
+    #[test]
+    fn take_begun_before_a_refill_and_finished_after_is_stale() {
+        let s = Segment::default();
+        s.publish(10, 2);
+        assert!(matches!(s.take(), Take::Id { id: 10, .. }));
+        // a reader does its fetch_add on the live range (offset 1, an ID of
+        // [10, 12) that nobody else gets) ...
+        let ticket = s.begin_take();
+        // ... stalls while the segment is exhausted and refilled ...
+        assert!(matches!(s.take(), Take::Exhausted));
+        s.publish(500, 3);
+        // ... and must not add its offset to the new range's start
+        assert_eq!(s.finish_take(ticket), Take::Stale);
+        assert!(matches!(s.take(), Take::Id { id: 500, .. }));
+        assert!(matches!(s.take(), Take::Id { id: 501, .. }));
+    }
+
+    #[test]
+    fn stalled_reader_is_stale_after_the_generation_wraps() {
+        let s = Segment::default();
+        s.publish(0, 10);
+        let ticket = s.begin_take();
+        let (word_gen, offset) = unpack(ticket.word);
+        assert_eq!((word_gen, offset), (1, 0));
+        // 2^24 publishes (retires count too): the 24 bits in the word repeat
+        for _ in 0..GEN_MASK {
+            s.publish(1000, 0);
+        }
+        s.publish(2_000_000, 10);
+        assert_eq!(unpack(s.state.load(SeqCst)).0, word_gen, "the word's bits wrapped");
+        // the stalled reader's offset 0 is the new range's first ID, which the
+        // next caller gets: the reader must not get it too
+        assert_eq!(s.finish_take(ticket), Take::Stale);
+        assert!(matches!(s.take(), Take::Id { id: 2_000_000, .. }));
+    }
+
+    #[test]
+    fn reader_stalled_across_a_switch_can_take_from_the_newer_range() {
+        // documents why IDs are not strictly increasing per session
+        let p = SegmentPair::default();
+        p.publish(0, 0, 1);
+        p.publish(1, 1, 1);
+        let stalled_on = p.current_index(); // a reader loads `current` ...
+        assert!(matches!(p.take(), Take::Id { id: 0, .. }));
+        assert_eq!(p.on_exhausted(), SlowPath::Switched);
+        assert!(p.publish(stalled_on, 2, 1)); // old segment refilled, newer range
+        // ... and takes from the segment it loaded: 2, while current still has 1
+        assert!(matches!(
+            p.segments[stalled_on].take(),
+            Take::Id { id: 2, .. }
+        ));
+        assert!(matches!(p.take(), Take::Id { id: 1, .. }));
     }
 
     /// Many threads take while one refiller switches and refills under a
