@@ -47,9 +47,9 @@ pub fn my_db_slot(sh: &Shared) -> usize {
     }
 }
 
-/// Free the slots of databases that were dropped (needs a transaction).
-pub fn reclaim_dropped_databases(sh: &Shared) -> bool {
-    sh.reclaim_dropped_databases(|dboid| unsafe {
+/// Does the database exist (needs a transaction)?
+pub fn database_exists(dboid: u32) -> bool {
+    unsafe {
         pg_sys::SearchSysCacheExists(
             pg_sys::SysCacheIdentifier::DATABASEOID as i32,
             pg_sys::Datum::from(dboid),
@@ -57,7 +57,12 @@ pub fn reclaim_dropped_databases(sh: &Shared) -> bool {
             pg_sys::Datum::from(0),
             pg_sys::Datum::from(0),
         )
-    })
+    }
+}
+
+/// Free the slots of databases that were dropped (needs a transaction).
+pub fn reclaim_dropped_databases(sh: &Shared) -> bool {
+    sh.reclaim_dropped_databases(database_exists)
 }
 
 /// Make sure the database's worker runs (or is starting); wake it.

@@ -34,10 +34,15 @@ pub fn tstz_from_unix_us(us: i64) -> Option<TimestampWithTimeZone> {
     TimestampWithTimeZone::try_from(us - PG_EPOCH_OFFSET_US).ok()
 }
 
-/// Unix milliseconds of a finite timestamp (rounded down).
-pub fn unix_ms_from_tstz(ts: TimestampWithTimeZone) -> i64 {
+/// Unix milliseconds of a finite timestamp (rounded down); None past i64.
+pub fn unix_ms_from_tstz(ts: TimestampWithTimeZone) -> Option<i64> {
     let pg_us: i64 = ts.into();
-    (pg_us + PG_EPOCH_OFFSET_US).div_euclid(1000)
+    Some(pg_us.checked_add(PG_EPOCH_OFFSET_US)?.div_euclid(1000))
+}
+
+/// Any Unix millisecond (0 included) as a timestamp; None out of range.
+pub fn tstz_from_unix_ms_any(ms: i64) -> Option<TimestampWithTimeZone> {
+    TimestampWithTimeZone::try_from(ms.checked_mul(1000)?.checked_sub(PG_EPOCH_OFFSET_US)?).ok()
 }
 
 pub fn tstz_from_unix_ms(ms: i64) -> Option<TimestampWithTimeZone> {

@@ -2,8 +2,9 @@
 //!
 //! Pure algorithms: `segment` (double buffer, dynamic step) and `snowflake`
 //! (layout, generator and clock rules, worker-id claim). Postgres glue:
-//! `settings` (GUCs), `shmem` (shared memory), `clock` (time conversions), `worker` and
-//! `snowflake_worker` (the background worker), `backend` (waiting on it),
+//! `settings` (GUCs), `shmem` (shared memory), `clock` (time conversions), `worker` (the
+//! background worker's loop), `segment_worker` and `snowflake_worker` (its jobs),
+//! `transaction` (its hardened session and transactions), `backend` (waiting on it),
 //! `segment_api` and `snowflake_api` (the SQL functions), `errors`.
 
 use pgrx::prelude::*;
@@ -13,11 +14,13 @@ pub mod clock;
 pub mod errors;
 pub mod segment;
 pub mod segment_api;
+pub mod segment_worker;
 pub mod settings;
 pub mod shmem;
 pub mod snowflake;
 pub mod snowflake_api;
 pub mod snowflake_worker;
+pub mod transaction;
 pub mod worker;
 
 ::pgrx::pg_module_magic!(name, version);

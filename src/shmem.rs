@@ -171,6 +171,29 @@ impl TagSlot {
     }
 }
 
+/// The end of the highest range this server lifetime reserved for one tag
+/// of one database, kept when the tag's slot is freed (deleted, re-created,
+/// rewound tags): a later reservation never starts below it. Keyed by a
+/// 64-bit hash of the tag; a collision can only move a tag forward (a gap).
+/// Guarded by the global lock.
+#[repr(C)]
+pub struct ReservedMark {
+    /// 0 = free
+    dboid: AtomicU32,
+    tag_hash: AtomicU64,
+    end: AtomicI64,
+}
+
+/// FNV-1a: stable across processes (unlike a randomly keyed hasher).
+pub fn tag_hash(tag: &str) -> u64 {
+    tag.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Marks kept per tag slot: room for tags deleted and created again.
+const MARKS_PER_TAG: usize = 4;
+
 #[repr(C)]
 struct Header {
     n_dbs: u32,
@@ -180,6 +203,7 @@ struct Header {
 pub struct Shared {
     dbs: *mut DbSlot,
     tags: *mut TagSlot,
+    marks: *mut ReservedMark,
     n_dbs: usize,
     n_tags: usize,
     locks: *mut pg_sys::LWLockPadded,
@@ -199,12 +223,14 @@ fn counts() -> (usize, usize) {
     )
 }
 
-fn layout(n_dbs: usize, n_tags: usize) -> (usize, usize, usize) {
+/// Offsets of the database slots, tag slots and marks, and the total size.
+fn layout(n_dbs: usize, n_tags: usize) -> (usize, usize, usize, usize) {
     let align = |x: usize| x.next_multiple_of(64);
     let dbs_at = align(size_of::<Header>());
     let tags_at = align(dbs_at + n_dbs * size_of::<DbSlot>());
-    let total = align(tags_at + n_tags * size_of::<TagSlot>());
-    (dbs_at, tags_at, total)
+    let marks_at = align(tags_at + n_tags * size_of::<TagSlot>());
+    let total = align(marks_at + n_tags * MARKS_PER_TAG * size_of::<ReservedMark>());
+    (dbs_at, tags_at, marks_at, total)
 }
 
 fn n_locks(n_dbs: usize, n_tags: usize) -> i32 {
@@ -229,7 +255,7 @@ pub fn install_hooks() {
 unsafe fn request() {
     let (n_dbs, n_tags) = counts();
     unsafe {
-        pg_sys::RequestAddinShmemSpace(layout(n_dbs, n_tags).2);
+        pg_sys::RequestAddinShmemSpace(layout(n_dbs, n_tags).3);
         pg_sys::RequestNamedLWLockTranche(TRANCHE.as_ptr(), n_locks(n_dbs, n_tags));
     }
 }
@@ -251,7 +277,7 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
             prev();
         }
         let (n_dbs, n_tags) = counts();
-        let (dbs_at, tags_at, total) = layout(n_dbs, n_tags);
+        let (dbs_at, tags_at, marks_at, total) = layout(n_dbs, n_tags);
         pg_sys::LWLockAcquire(
             &raw mut (*pg_sys::MainLWLockArray.add(21)).lock,
             pg_sys::LWLockMode::LW_EXCLUSIVE,
@@ -267,6 +293,7 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
             for i in 0..n_dbs {
                 pg_sys::ConditionVariableInit((*dbs.add(i)).cv.get());
                 (*dbs.add(i)).worker_id.store(-1, SeqCst);
+                (*dbs.add(i)).generator.clear();
             }
         }
         let locks = pg_sys::GetNamedLWLockTranche(TRANCHE.as_ptr());
@@ -274,6 +301,7 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
         SHARED = Some(Shared {
             dbs: base.add(dbs_at) as *mut DbSlot,
             tags: base.add(tags_at) as *mut TagSlot,
+            marks: base.add(marks_at) as *mut ReservedMark,
             n_dbs,
             n_tags,
             locks,
@@ -297,6 +325,9 @@ impl Drop for LockGuard {
 }
 
 pub struct FreeSlotsExhausted;
+
+/// Every reserved mark is in use by a database that still exists.
+pub struct MarksFull;
 
 impl Shared {
     pub fn n_tags(&self) -> usize {
@@ -350,9 +381,7 @@ impl Shared {
         db.snowflake_state
             .store(SnowflakeState::NotRequested as u32, SeqCst);
         db.worker_id.store(-1, SeqCst);
-        db.generator.reset();
-        db.generator.floor_ms.store(0, SeqCst);
-        db.generator.lease_ms.store(0, SeqCst);
+        db.generator.clear();
         db.dboid.store(dboid, SeqCst);
         Some(i)
     }
@@ -443,6 +472,65 @@ impl Shared {
                 self.free_tag(i, epoch);
             }
         }
+    }
+
+    fn mark(&self, i: usize) -> &ReservedMark {
+        assert!(i < self.n_tags * MARKS_PER_TAG);
+        unsafe { &*self.marks.add(i) }
+    }
+
+    /// The end of the highest range this server lifetime reserved for the
+    /// tag (0 if none).
+    pub fn reserved_end(&self, dboid: u32, tag: &str) -> i64 {
+        let h = tag_hash(tag);
+        let _g = self.lock_global();
+        (0..self.n_tags * MARKS_PER_TAG)
+            .map(|i| self.mark(i))
+            .find(|m| m.dboid.load(SeqCst) == dboid && m.tag_hash.load(SeqCst) == h)
+            .map_or(0, |m| m.end.load(SeqCst))
+    }
+
+    /// Remember that the tag's ranges now reach `end`. Call before the range
+    /// is published.
+    pub fn record_reserved(&self, dboid: u32, tag: &str, end: i64) -> Result<(), MarksFull> {
+        let h = tag_hash(tag);
+        let _g = self.lock_global();
+        let marks = || (0..self.n_tags * MARKS_PER_TAG).map(|i| self.mark(i));
+        if let Some(m) =
+            marks().find(|m| m.dboid.load(SeqCst) == dboid && m.tag_hash.load(SeqCst) == h)
+        {
+            m.end.fetch_max(end, SeqCst);
+            return Ok(());
+        }
+        let free = marks()
+            .find(|m| m.dboid.load(SeqCst) == 0)
+            .ok_or(MarksFull)?;
+        free.tag_hash.store(h, SeqCst);
+        free.end.store(end, SeqCst);
+        free.dboid.store(dboid, SeqCst);
+        Ok(())
+    }
+
+    /// Free the marks of databases that no longer exist (`exists` asks the
+    /// catalog, outside the lock). True if any was freed.
+    pub fn forget_marks_of_dropped_databases(&self, exists: impl Fn(u32) -> bool) -> bool {
+        let n = self.n_tags * MARKS_PER_TAG;
+        let owners: std::collections::BTreeSet<u32> = {
+            let _g = self.lock_global();
+            (0..n).map(|i| self.mark(i).dboid.load(SeqCst)).collect()
+        };
+        let dropped: Vec<u32> = owners
+            .into_iter()
+            .filter(|&o| o != 0 && !exists(o))
+            .collect();
+        let _g = self.lock_global();
+        for i in 0..n {
+            let m = self.mark(i);
+            if dropped.contains(&m.dboid.load(SeqCst)) {
+                m.dboid.store(0, SeqCst);
+            }
+        }
+        !dropped.is_empty()
     }
 
     /// Wake the database's worker, if it runs.

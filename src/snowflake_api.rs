@@ -1,7 +1,7 @@
 //! SQL surface of snowflake mode.
 
 use crate::backend::{self, Deadline};
-use crate::clock::{clock_ms, tstz_from_unix_ms, unix_ms_from_tstz};
+use crate::clock::{clock_ms, tstz_from_unix_ms, tstz_from_unix_ms_any, unix_ms_from_tstz};
 use crate::errors::{raise, raise_recorded, require_writable};
 use crate::settings;
 use crate::shmem::SnowflakeState;
@@ -16,8 +16,30 @@ impl Clock for PgClock {
     fn now_ms(&self) -> i64 {
         clock_ms()
     }
+    /// Interruptible: a cancel or terminate ends the wait with an error.
     fn sleep_ms(&self, ms: i64) {
-        unsafe { pgrx::pg_sys::pg_usleep(ms * 1000) };
+        use pgrx::pg_sys;
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(ms.max(0) as u64);
+        loop {
+            pgrx::check_for_interrupts!();
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            unsafe {
+                pg_sys::WaitLatch(
+                    pg_sys::MyLatch,
+                    (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH)
+                        as i32,
+                    left.as_millis().max(1) as std::ffi::c_long,
+                    pg_sys::PG_WAIT_EXTENSION,
+                );
+                pg_sys::ResetLatch(pg_sys::MyLatch);
+            }
+        }
+    }
+    fn check_interrupts(&self) {
+        pgrx::check_for_interrupts!();
     }
 }
 
@@ -68,7 +90,6 @@ fn next_id() -> i64 {
         if slot.snowflake_state.load(SeqCst) == SnowflakeState::Ready as u32 {
             let cfg = Config {
                 epoch_ms: epoch(),
-                worker_id: slot.worker_id.load(SeqCst) as i64,
                 max_backward_ms: settings::MAX_BACKWARD_MS.get() as i64,
                 random_start: settings::RANDOM_SEQUENCE_START.get(),
             };
@@ -156,7 +177,9 @@ fn leaf_snowflake_next() -> i64 {
     next_id()
 }
 
-#[pg_extern(immutable, parallel_safe, strict)]
+/// STABLE: the answer depends on leaf_id.epoch_ms. For an index or a
+/// partition bound use the IMMUTABLE form that takes the epoch.
+#[pg_extern(stable, parallel_safe, strict, name = "leaf_snowflake_decode")]
 fn leaf_snowflake_decode(
     id: i64,
 ) -> TableIterator<
@@ -167,19 +190,68 @@ fn leaf_snowflake_decode(
         name!(sequence, i32),
     ),
 > {
-    let Some(d) = layout::decode(id, epoch()) else {
+    TableIterator::once(decode_with(id, epoch()))
+}
+
+#[pg_extern(immutable, parallel_safe, strict, name = "leaf_snowflake_decode")]
+fn leaf_snowflake_decode_epoch(
+    id: i64,
+    epoch_ms: i64,
+) -> TableIterator<
+    'static,
+    (
+        name!(timestamp, TimestampWithTimeZone),
+        name!(worker_id, i32),
+        name!(sequence, i32),
+    ),
+> {
+    TableIterator::once(decode_with(id, epoch_ms))
+}
+
+fn decode_with(id: i64, epoch_ms: i64) -> (TimestampWithTimeZone, i32, i32) {
+    if !(0..=crate::clock::unix_ms() + MAX_TIMESTAMP).contains(&epoch_ms) {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("epoch_ms {epoch_ms} is not a Unix millisecond a snowflake epoch can have"),
+            None,
+        )
+    }
+    let Some(d) = layout::decode(id, epoch_ms) else {
         raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
             format!("{id} is not a snowflake ID: snowflake IDs are not negative"),
             None,
         )
     };
-    let ts = tstz_from_unix_ms(d.unix_ms).expect("timestamp in range");
-    TableIterator::once((ts, d.worker_id as i32, d.sequence as i32))
+    let Some(ts) = tstz_from_unix_ms_any(d.unix_ms) else {
+        raise(
+            PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
+            format!("the time of snowflake ID {id} is outside the timestamp range"),
+            None,
+        )
+    };
+    (ts, d.worker_id as i32, d.sequence as i32)
 }
 
-#[pg_extern(immutable, parallel_safe, strict)]
+/// STABLE: depends on leaf_id.epoch_ms (see the IMMUTABLE form).
+#[pg_extern(stable, parallel_safe, strict, name = "leaf_snowflake_min_id")]
 fn leaf_snowflake_min_id(at: TimestampWithTimeZone) -> i64 {
+    min_id_with(at, epoch())
+}
+
+#[pg_extern(immutable, parallel_safe, strict, name = "leaf_snowflake_min_id")]
+fn leaf_snowflake_min_id_epoch(at: TimestampWithTimeZone, epoch_ms: i64) -> i64 {
+    min_id_with(at, epoch_ms)
+}
+
+fn min_id_with(at: TimestampWithTimeZone, e: i64) -> i64 {
+    let out_of_range = || -> ! {
+        raise(
+            PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
+            "timestamp is outside the range snowflake IDs can express",
+            Some("Snowflake IDs cover leaf_id.epoch_ms plus 2^41 milliseconds (about 69 years)."),
+        )
+    };
     if !at.is_finite() {
         raise(
             PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
@@ -187,14 +259,11 @@ fn leaf_snowflake_min_id(at: TimestampWithTimeZone) -> i64 {
             None,
         );
     }
-    let unix_ms = unix_ms_from_tstz(at);
-    let e = epoch();
+    let Some(unix_ms) = unix_ms_from_tstz(at) else {
+        out_of_range()
+    };
     if unix_ms < e || unix_ms > layout::last_unix_ms(e) {
-        raise(
-            PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
-            "timestamp is outside the range snowflake IDs can express",
-            Some("Snowflake IDs cover leaf_id.epoch_ms plus 2^41 milliseconds (about 69 years)."),
-        );
+        out_of_range()
     }
     layout::min_id_at(unix_ms, e)
 }

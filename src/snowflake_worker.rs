@@ -1,18 +1,23 @@
-//! The snowflake half of the worker: claim a worker id from `leaf_worker`
-//! and keep the persisted high-water mark ahead of the clock.
+//! The snowflake half of the worker: claim a worker id from `leaf_worker`,
+//! keep the persisted high-water mark ahead of the clock, and close the
+//! generator on exit.
+//!
+//! The invariant every step keeps: the generator's lease (`lease_ms`, the
+//! last millisecond it may issue) is never above the mark persisted in the
+//! worker id's row. The lease is set to exactly what a committed statement
+//! returned (never raised on its own), the generator is closed before any
+//! re-claim, and a close lowers the row only to what was really issued.
 
 use crate::clock::clock_ms;
 use crate::settings;
-use crate::shmem::shared;
+use crate::shmem::{SnowflakeState, shared};
 use crate::snowflake::claim::{self, ClaimPlan, RegistryRow, Take};
-use crate::worker::JobError;
+use crate::transaction::{JobError, in_transaction, spi_err};
+use crate::worker::WorkerContext;
 use pgrx::prelude::*;
 use pgrx::spi::{Spi, SpiClient};
 use std::sync::atomic::Ordering::SeqCst;
-
-fn spi_err(e: pgrx::spi::SpiError) -> JobError {
-    JobError::new(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string())
-}
+use std::time::{Duration, Instant};
 
 fn registry(client: &SpiClient, schema: &str) -> Result<Vec<RegistryRow>, JobError> {
     let rows = client
@@ -32,15 +37,54 @@ fn registry(client: &SpiClient, schema: &str) -> Result<Vec<RegistryRow>, JobErr
         .collect())
 }
 
-/// Claim (or re-take) this node's worker id and persist a first mark.
+/// The worker id setting: None = claim one from the registry.
+fn configured_worker_id() -> Option<i64> {
+    match settings::WORKER_ID.get() {
+        -1 => None,
+        id => Some(id as i64),
+    }
+}
+
+/// `leaf_id.lease_ahead` must exceed `leaf_id.heartbeat_interval`, or the
+/// lease runs out between renewals and IDs stop.
+fn lease_ahead() -> Result<i64, JobError> {
+    let (ahead, beat) = (
+        settings::LEASE_AHEAD.get(),
+        settings::HEARTBEAT_INTERVAL.get(),
+    );
+    if ahead <= beat {
+        return Err(JobError::new(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!(
+                "leaf_id.lease_ahead ({ahead} ms) must be greater than leaf_id.heartbeat_interval ({beat} ms)"
+            ),
+        ));
+    }
+    Ok(ahead as i64)
+}
+
+/// Worker ids the generators of the other databases of this server use.
+fn used_by_other_databases(db: usize) -> Vec<i64> {
+    let sh = shared().expect("shared memory");
+    let _g = sh.lock_global();
+    (0..sh.n_dbs())
+        .filter(|&d| d != db && sh.db(d).dboid.load(SeqCst) != 0)
+        .filter_map(|d| {
+            let id = sh.db(d).worker_id.load(SeqCst);
+            (id >= 0).then_some(id as i64)
+        })
+        .collect()
+}
+
+/// Claim (or re-take) this node's worker id and persist a first mark. The
+/// generator is closed (`SnowflakeJobs::claim`).
 pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
     let sh = shared().expect("shared memory");
     let slot = sh.db(db);
     let node = settings::node_name();
-    let configured = match settings::WORKER_ID.get() {
-        -1 => None,
-        id => Some(id as i64),
-    };
+    let configured = configured_worker_id();
+    let ahead = lease_ahead()?;
+    let used_here = used_by_other_databases(db);
     let (worker_id, persisted) = Spi::connect_mut(|client| {
         for _attempt in 0..10 {
             let rows = registry(client, schema)?;
@@ -57,7 +101,7 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
                     Take::TakeOver(id) => client.update(
                         &format!(
                             "UPDATE {schema}.leaf_worker SET node_name = $2 \
-                             WHERE worker_id = $1 AND node_name = $3 RETURNING worker_id"
+                             WHERE worker_id OPERATOR(pg_catalog.=) $1 AND node_name OPERATOR(pg_catalog.=) $3 RETURNING worker_id"
                         ),
                         None,
                         &[(id as i32).into(), node.as_str().into(), claim::released_name(id).as_str().into()],
@@ -65,7 +109,7 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
                 };
                 Ok(!got.map_err(spi_err)?.is_empty())
             };
-            let id = match claim::plan(&rows, &node, configured) {
+            let id = match claim::plan(&rows, &node, configured, &used_here) {
                 ClaimPlan::Reuse(id) => id,
                 ClaimPlan::Take(t) => {
                     if !take(client, t)? {
@@ -77,7 +121,7 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
                     // keep the old id's row and mark for whoever takes it next
                     client
                         .update(
-                            &format!("UPDATE {schema}.leaf_worker SET node_name = $3 WHERE worker_id = $1 AND node_name = $2"),
+                            &format!("UPDATE {schema}.leaf_worker SET node_name = $3 WHERE worker_id OPERATOR(pg_catalog.=) $1 AND node_name OPERATOR(pg_catalog.=) $2"),
                             None,
                             &[(release as i32).into(), node.as_str().into(), claim::released_name(release).as_str().into()],
                         )
@@ -101,6 +145,14 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
                         ),
                     ));
                 }
+                ClaimPlan::UsedByOtherDatabase(id) => {
+                    return Err(JobError::new(
+                        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                        format!(
+                            "snowflake worker id {id} is already used by another database of this server; give each database its own leaf_id.worker_id (ALTER DATABASE ... SET is not read by the worker: use leaf_id.node_name per database or distinct registry rows)"
+                        ),
+                    ));
+                }
                 ClaimPlan::Full => {
                     return Err(JobError::new(
                         PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
@@ -110,7 +162,7 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
             };
             let row = client
                 .update(
-                    &format!("SELECT last_timestamp, epoch_ms FROM {schema}.leaf_worker WHERE worker_id = $1 FOR UPDATE"),
+                    &format!("SELECT last_timestamp, epoch_ms FROM {schema}.leaf_worker WHERE worker_id OPERATOR(pg_catalog.=) $1 FOR UPDATE"),
                     None,
                     &[(id as i32).into()],
                 )
@@ -126,26 +178,39 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
             "could not claim a snowflake worker id: leaf_worker kept changing",
         ))
     })?;
-    let same_lifetime = slot.worker_id.load(SeqCst) == worker_id as i32;
-    // Within one shared-memory lifetime the generator itself never repeats;
-    // the persisted mark guards what earlier lifetimes issued.
-    let floor = if same_lifetime {
-        slot.generator.floor_ms.load(SeqCst)
+    if other_database_uses(db, worker_id) {
+        return Err(used_by_other_database(worker_id));
+    }
+    let same_id =
+        slot.worker_id.load(SeqCst) == worker_id as i32 && slot.generator.worker_id() == worker_id;
+    // within one lifetime the generator's own state goes on (same id); the
+    // row's mark counts in every case
+    let kept = same_id.then(|| {
+        (
+            slot.generator.floor_ms.load(SeqCst),
+            slot.generator.lease_ms.load(SeqCst),
+        )
+    });
+    let floor = claim::claim_floor(persisted, kept);
+    let last = if same_id {
+        slot.generator
+            .last_issued_ms(crate::snowflake_api::epoch())
+            .unwrap_or(0)
     } else {
-        persisted
+        0
     };
     let lease = persist(
         schema,
         worker_id,
         &node,
-        clock_ms().max(floor) + settings::LEASE_AHEAD.get() as i64,
+        clock_ms().max(floor).max(last) + ahead,
     )?;
     Ok(Claimed {
         worker_id,
         floor,
         lease,
-        same_lifetime,
-        from_registry: configured.is_none(),
+        same_id,
+        configured,
         node,
     })
 }
@@ -155,110 +220,255 @@ pub struct Claimed {
     worker_id: i64,
     floor: i64,
     lease: i64,
-    same_lifetime: bool,
-    from_registry: bool,
+    same_id: bool,
+    configured: Option<i64>,
     node: String,
 }
 
+fn other_database_uses(db: usize, worker_id: i64) -> bool {
+    let sh = shared().expect("shared memory");
+    (0..sh.n_dbs()).any(|d| {
+        d != db
+            && sh.db(d).dboid.load(SeqCst) != 0
+            && sh.db(d).worker_id.load(SeqCst) == worker_id as i32
+    })
+}
+
+fn used_by_other_database(id: i64) -> JobError {
+    JobError::new(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!(
+            "snowflake worker id {id} is already used by another database of this server: two generators with one worker id would issue the same IDs"
+        ),
+    )
+}
+
 /// After the claim's commit: let the generator run up to the persisted mark.
-pub fn publish_claim(db: usize, c: &Claimed) {
-    let slot = shared().expect("shared memory").db(db);
-    if c.same_lifetime {
-        // a worker of this server lifetime closed it on exit: go on from there
-        slot.generator.reopen();
-    } else {
-        slot.generator.reset();
-        slot.generator.floor_ms.store(c.floor, SeqCst);
+/// The generator is closed here; floor and lease are set before the word
+/// that reopens it. Refused if another database of this server took the id
+/// meanwhile.
+pub fn publish_claim(db: usize, c: &Claimed) -> Result<(), JobError> {
+    let sh = shared().expect("shared memory");
+    let slot = sh.db(db);
+    {
+        let _g = sh.lock_global();
+        if other_database_uses(db, c.worker_id) {
+            return Err(used_by_other_database(c.worker_id));
+        }
         slot.worker_id.store(c.worker_id as i32, SeqCst);
     }
-    slot.generator.lease_ms.fetch_max(c.lease, SeqCst);
-    slot.worker_id_from_registry.store(c.from_registry, SeqCst);
+    slot.generator.floor_ms.store(c.floor, SeqCst);
+    slot.generator.lease_ms.store(c.lease, SeqCst);
+    slot.worker_id_from_registry
+        .store(c.configured.is_none(), SeqCst);
     slot.set_node_name(&c.node);
+    if c.same_id {
+        // go on from the last issued ID of this lifetime
+        slot.generator.reopen();
+    } else {
+        slot.generator.reset(c.worker_id);
+    }
+    Ok(())
 }
 
-/// After a renewal's commit.
-pub fn publish_lease(db: usize, mark: i64) {
-    shared()
-        .expect("shared memory")
-        .db(db)
-        .generator
-        .lease_ms
-        .fetch_max(mark, SeqCst);
-}
-
-/// Write the mark; the generator may use it only after the commit.
+/// Write the mark; the generator may use it only after the commit. Returns
+/// the row's mark after the update (never below `mark`).
 fn persist(schema: &str, worker_id: i64, node: &str, mark: i64) -> Result<i64, JobError> {
     let updated = Spi::connect_mut(|client| {
         client
             .update(
                 &format!(
                     "UPDATE {schema}.leaf_worker SET last_timestamp = GREATEST(last_timestamp, $1), epoch_ms = $4, \
-                     heartbeat_at = now() WHERE worker_id = $2 AND node_name = $3 RETURNING last_timestamp"
+                     heartbeat_at = pg_catalog.now() \
+                     WHERE worker_id OPERATOR(pg_catalog.=) $2 AND node_name OPERATOR(pg_catalog.=) $3 \
+                     RETURNING last_timestamp"
                 ),
                 None,
                 &[mark.into(), (worker_id as i32).into(), node.into(), crate::snowflake_api::epoch().into()],
             )
             .map_err(spi_err)
-            .map(|t| if t.is_empty() { None } else { t.first().get::<i64>(1).ok().flatten() })
+            .map(|t| if t.len() != 1 { None } else { t.first().get::<i64>(1).ok().flatten() })
     })?;
-    updated.ok_or_else(|| {
-        JobError::new(
+    match updated {
+        Some(m) if m >= mark => Ok(m),
+        _ => Err(JobError::new(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            format!("the leaf_worker row of worker id {worker_id} for node \"{node}\" is gone"),
-        )
-    })
-}
-
-/// Renew the mark: the commit happens in the caller (`in_transaction`), and
-/// the new mark is published to the generator only after it.
-pub fn renew(schema: &str, db: usize) -> Result<i64, JobError> {
-    let sh = shared().expect("shared memory");
-    let slot = sh.db(db);
-    let worker_id = slot.worker_id.load(SeqCst) as i64;
-    let mark = clock_ms() + settings::LEASE_AHEAD.get() as i64;
-    persist(schema, worker_id, &settings::node_name(), mark)
-}
-
-/// On the worker's exit (shutdown, or terminated): close the generator and
-/// persist the exact last issued millisecond instead of the lease, so that
-/// after a clean restart IDs are not refused while the clock catches up with
-/// a mark set ahead of it. If this fails, the lease stays persisted: safe.
-pub fn close_and_persist(db: usize) {
-    let sh = shared().expect("shared memory");
-    let slot = sh.db(db);
-    if slot.snowflake_state.load(SeqCst) != crate::shmem::SnowflakeState::Ready as u32 {
-        return;
+            format!(
+                "could not persist the snowflake high-water mark: the leaf_worker row of worker id {worker_id} for node \"{node}\" is gone or a trigger changed the update"
+            ),
+        )),
     }
+}
+
+/// Renew the mark with the claimed worker id and node name (settings changed
+/// since take effect at the next claim): the commit happens in the caller
+/// (`in_transaction`), the mark is used only after it.
+fn renew(schema: &str, db: usize) -> Result<i64, JobError> {
+    let slot = shared().expect("shared memory").db(db);
+    let worker_id = slot.generator.worker_id();
+    // never below the current lease: the row must cover what may be issued
+    let mark = (clock_ms() + lease_ahead()?).max(slot.generator.lease_ms.load(SeqCst));
+    persist(schema, worker_id, &slot.node_name(), mark)
+}
+
+/// Close the generator and persist the exact last issued millisecond instead
+/// of the lease, so that after a clean restart IDs are not refused while the
+/// clock catches up with a mark set ahead of it. The row keeps a mark that
+/// someone else raised above our lease. If this fails, the lease stays
+/// persisted: safe. Runs on the worker's exit and before every re-claim.
+pub fn close_and_persist(db: usize) {
+    let slot = shared().expect("shared memory").db(db);
     let epoch = crate::snowflake_api::epoch();
     // after this no ID can be issued with a later millisecond
     let last = slot.generator.close(epoch).unwrap_or(0);
+    if slot.worker_id.load(SeqCst) < 0 || slot.generator.lease_ms.load(SeqCst) == 0 {
+        return; // never claimed in this lifetime
+    }
+    let lease = slot.generator.lease_ms.load(SeqCst);
     let mark = last.max(slot.generator.floor_ms.load(SeqCst));
-    let worker_id = slot.worker_id.load(SeqCst);
-    let node = settings::node_name();
-    let result = crate::worker::in_transaction(|schema| {
+    let worker_id = slot.generator.worker_id();
+    let node = slot.node_name();
+    let result = in_transaction(|schema| {
         Spi::connect_mut(|client| {
             client
                 .update(
                     &format!(
-                        "UPDATE {schema}.leaf_worker SET last_timestamp = $1, epoch_ms = $4, heartbeat_at = now() \
-                         WHERE worker_id = $2 AND node_name = $3"
+                        "UPDATE {schema}.leaf_worker SET last_timestamp = \
+                         CASE WHEN last_timestamp OPERATOR(pg_catalog.>) $5 THEN last_timestamp ELSE $1 END, \
+                         epoch_ms = $4, heartbeat_at = pg_catalog.now() \
+                         WHERE worker_id OPERATOR(pg_catalog.=) $2 AND node_name OPERATOR(pg_catalog.=) $3 \
+                         RETURNING last_timestamp"
                     ),
                     None,
-                    &[mark.into(), worker_id.into(), node.as_str().into(), epoch.into()],
+                    &[mark.into(), (worker_id as i32).into(), node.as_str().into(), epoch.into(), lease.into()],
                 )
-                .map(|_| ())
                 .map_err(spi_err)
+                .map(|t| if t.len() != 1 { None } else { t.first().get::<i64>(1).ok().flatten() })
         })
     });
     match result {
-        Ok(()) => pgrx::log!(
-            "leaf_id: snowflake worker id {} closed at {}",
+        Ok(Some(written)) if written >= mark => {
+            // the lease follows the row down: a reopen must renew first
+            slot.generator.lease_ms.store(written.min(lease), SeqCst);
+            pgrx::log!(
+                "leaf_id: snowflake worker id {} closed at {}",
+                worker_id,
+                written
+            );
+        }
+        Ok(_) => pgrx::warning!(
+            "leaf_id: could not persist the last snowflake millisecond: the leaf_worker row of worker id {} for node \"{}\" is gone or was changed; it keeps its earlier mark",
             worker_id,
-            mark
+            node
         ),
-        Err(e) => pgrx::log!(
+        Err(e) => pgrx::warning!(
             "leaf_id: could not persist the last snowflake millisecond: {}",
             e.message
         ),
+    }
+}
+
+/// The worker's snowflake jobs.
+pub struct SnowflakeJobs {
+    last_heartbeat: Option<Instant>,
+    /// (worker id setting, node name) of the last claim: a reload that
+    /// changes either makes the worker claim again
+    claimed_with: Option<(Option<i64>, String)>,
+}
+
+impl SnowflakeJobs {
+    pub fn new() -> SnowflakeJobs {
+        SnowflakeJobs {
+            last_heartbeat: None,
+            claimed_with: None,
+        }
+    }
+
+    /// After a reload: `leaf_id.worker_id` and `leaf_id.node_name` take
+    /// effect now, by a re-claim (the generator is closed first).
+    pub fn settings_reloaded(&mut self, ctx: &WorkerContext) {
+        let slot = ctx.sh.db(ctx.db);
+        let now = (configured_worker_id(), settings::node_name());
+        if self.claimed_with.as_ref().is_some_and(|c| *c != now)
+            && slot.snowflake_state.load(SeqCst) == SnowflakeState::Ready as u32
+        {
+            pgrx::log!("leaf_id: snowflake worker id or node name changed: claiming again");
+            slot.snowflake_state
+                .store(SnowflakeState::Requested as u32, SeqCst);
+        }
+    }
+
+    pub fn run(&mut self, ctx: &mut WorkerContext) {
+        let sh = ctx.sh;
+        let slot = sh.db(ctx.db);
+        let state = slot.snowflake_state.load(SeqCst);
+        if state == SnowflakeState::Requested as u32 {
+            // nothing may be issued while the claim changes the generator
+            if !slot.generator.is_closed() {
+                close_and_persist(ctx.db);
+            }
+            slot.generator.close(crate::snowflake_api::epoch());
+            let db = ctx.db;
+            let result = in_transaction(|schema| claim(schema, db));
+            if ctx.stopping() {
+                // terminated: the commit may not have reached a standby
+                return;
+            }
+            let result = result.and_then(|c| publish_claim(db, &c).map(|()| c));
+            let _g = sh.lock_db(ctx.db);
+            match result {
+                Ok(claimed) => {
+                    self.claimed_with = Some((claimed.configured, claimed.node.clone()));
+                    slot.snowflake_state
+                        .store(SnowflakeState::Ready as u32, SeqCst);
+                    self.last_heartbeat = Some(Instant::now());
+                }
+                Err(e) => {
+                    ctx.note(&e);
+                    slot.error.set(e.sqlstate, &e.message);
+                    slot.snowflake_state
+                        .store(SnowflakeState::Failed as u32, SeqCst);
+                    pgrx::warning!("leaf_id: snowflake worker id claim failed: {}", e.message);
+                }
+            }
+            drop(_g);
+            sh.broadcast(ctx.db);
+        } else if state == SnowflakeState::Ready as u32 {
+            let due = self.last_heartbeat.is_none_or(|t| {
+                t.elapsed() >= Duration::from_millis(settings::HEARTBEAT_INTERVAL.get() as u64)
+            });
+            // clear the request either way: this renewal serves it
+            let wanted = slot.snowflake_lease_wanted.swap(false, SeqCst);
+            if due || wanted {
+                self.last_heartbeat = Some(Instant::now());
+                let db = ctx.db;
+                match in_transaction(|schema| renew(schema, db)) {
+                    // never a lease a terminated worker's commit may not
+                    // have replicated
+                    Ok(mark) if !ctx.stopping() => slot.generator.lease_ms.store(mark, SeqCst),
+                    Ok(_) => {}
+                    Err(e) => {
+                        ctx.note(&e);
+                        let _g = sh.lock_db(ctx.db);
+                        slot.error.set(e.sqlstate, &e.message);
+                        pgrx::warning!(
+                            "leaf_id: snowflake high-water mark renewal failed: {}",
+                            e.message
+                        );
+                    }
+                }
+                sh.broadcast(ctx.db);
+            }
+        }
+    }
+
+    /// How long the worker may sleep before the next renewal.
+    pub fn timeout(&self, ctx: &WorkerContext) -> Option<Duration> {
+        (ctx.sh.db(ctx.db).snowflake_state.load(SeqCst) == SnowflakeState::Ready as u32).then(
+            || {
+                Duration::from_millis(settings::HEARTBEAT_INTERVAL.get() as u64 / 2)
+                    .max(Duration::from_millis(5))
+            },
+        )
     }
 }

@@ -425,7 +425,11 @@ mod tests {
             s.publish(1000, 0);
         }
         s.publish(2_000_000, 10);
-        assert_eq!(unpack(s.state.load(SeqCst)).0, word_gen, "the word's bits wrapped");
+        assert_eq!(
+            unpack(s.state.load(SeqCst)).0,
+            word_gen,
+            "the word's bits wrapped"
+        );
         // the stalled reader's offset 0 is the new range's first ID, which the
         // next caller gets: the reader must not get it too
         assert_eq!(s.finish_take(ticket), Take::Stale);

@@ -61,10 +61,35 @@ pub enum ClaimPlan {
     OwnedByOther { worker_id: i64, owner: String },
     /// Every id 0..=1023 is owned.
     Full,
+    /// The id is the generator of another database of this server: two
+    /// generators with one id would issue the same IDs.
+    UsedByOtherDatabase(i64),
 }
 
 /// `configured`: the id from the setting, or None to take one.
-pub fn plan(rows: &[RegistryRow], node: &str, configured: Option<i64>) -> ClaimPlan {
+/// `used_here`: ids other databases of this server issue with.
+pub fn plan(
+    rows: &[RegistryRow],
+    node: &str,
+    configured: Option<i64>,
+    used_here: &[i64],
+) -> ClaimPlan {
+    match plan_in_registry(rows, node, configured, used_here) {
+        ClaimPlan::Reuse(id) if used_here.contains(&id) => ClaimPlan::UsedByOtherDatabase(id),
+        ClaimPlan::Take(t) if used_here.contains(&t.id()) => ClaimPlan::UsedByOtherDatabase(t.id()),
+        ClaimPlan::Move { take, .. } if used_here.contains(&take.id()) => {
+            ClaimPlan::UsedByOtherDatabase(take.id())
+        }
+        plan => plan,
+    }
+}
+
+fn plan_in_registry(
+    rows: &[RegistryRow],
+    node: &str,
+    configured: Option<i64>,
+    used_here: &[i64],
+) -> ClaimPlan {
     let own = rows.iter().find(|r| r.node_name == node);
     let take_of = |id: i64| match rows.iter().find(|r| r.worker_id == id) {
         Some(_) => Take::TakeOver(id),
@@ -100,7 +125,7 @@ pub fn plan(rows: &[RegistryRow], node: &str, configured: Option<i64>) -> ClaimP
                 .filter(|r| !r.released())
                 .map(|r| r.worker_id)
                 .collect();
-            match (0..=MAX_WORKER_ID).find(|id| !owned.contains(id)) {
+            match (0..=MAX_WORKER_ID).find(|id| !owned.contains(id) && !used_here.contains(id)) {
                 Some(id) => ClaimPlan::Take(take_of(id)),
                 None => ClaimPlan::Full,
             }
@@ -115,6 +140,22 @@ pub fn floor_for_epoch(mark: i64, mark_epoch: Option<i64>, epoch: i64) -> i64 {
     match mark_epoch {
         Some(e_old) if mark > 0 => mark.saturating_add(epoch - e_old),
         _ => mark,
+    }
+}
+
+/// The floor of a claim: the generator issues only milliseconds above it.
+/// Every claim takes the row's persisted mark (moved into the current epoch)
+/// into account, also a re-claim of the same id within one server lifetime.
+/// `kept`: the generator's floor and lease in this lifetime, for the same id.
+/// A row mark at or below that lease is this server's own (the generator's
+/// last issued ID guards it, so the floor stays); a row mark above it was
+/// raised by someone else (another owner of a released id, an operator) and
+/// may cover IDs issued elsewhere: it becomes the floor.
+pub fn claim_floor(row_mark: i64, kept: Option<(i64, i64)>) -> i64 {
+    match kept {
+        Some((floor, lease)) if row_mark <= lease => floor,
+        Some((floor, _)) => row_mark.max(floor),
+        None => row_mark,
     }
 }
 
@@ -134,7 +175,7 @@ mod tests {
     #[test]
     fn same_node_gets_its_id_back() {
         assert_eq!(
-            plan(&rows(&[(0, "a"), (3, "b")]), "b", None),
+            plan(&rows(&[(0, "a"), (3, "b")]), "b", None, &[]),
             ClaimPlan::Reuse(3)
         );
     }
@@ -142,15 +183,15 @@ mod tests {
     #[test]
     fn new_node_gets_lowest_free() {
         assert_eq!(
-            plan(&rows(&[]), "n", None),
+            plan(&rows(&[]), "n", None, &[]),
             ClaimPlan::Take(Take::Insert(0))
         );
         assert_eq!(
-            plan(&rows(&[(0, "a"), (1, "b"), (3, "c")]), "n", None),
+            plan(&rows(&[(0, "a"), (1, "b"), (3, "c")]), "n", None, &[]),
             ClaimPlan::Take(Take::Insert(2))
         );
         assert_eq!(
-            plan(&rows(&[(1, "b")]), "n", None),
+            plan(&rows(&[(1, "b")]), "n", None, &[]),
             ClaimPlan::Take(Take::Insert(0))
         );
     }
@@ -158,8 +199,11 @@ mod tests {
     #[test]
     fn released_ids_are_taken_over_with_their_row() {
         let r = rows(&[(0, "a"), (1, "released:1"), (2, "c")]);
-        assert_eq!(plan(&r, "n", None), ClaimPlan::Take(Take::TakeOver(1)));
-        assert_eq!(plan(&r, "n", Some(1)), ClaimPlan::Take(Take::TakeOver(1)));
+        assert_eq!(plan(&r, "n", None, &[]), ClaimPlan::Take(Take::TakeOver(1)));
+        assert_eq!(
+            plan(&r, "n", Some(1), &[]),
+            ClaimPlan::Take(Take::TakeOver(1))
+        );
     }
 
     #[test]
@@ -170,41 +214,69 @@ mod tests {
                 node_name: format!("n{i}"),
             })
             .collect();
-        assert_eq!(plan(&all, "new", None), ClaimPlan::Full);
-        assert_eq!(plan(&all, "n5", None), ClaimPlan::Reuse(5));
+        assert_eq!(plan(&all, "new", None, &[]), ClaimPlan::Full);
+        assert_eq!(plan(&all, "n5", None, &[]), ClaimPlan::Reuse(5));
     }
 
     #[test]
     fn configured_id_checks_owner() {
         let r = rows(&[(7, "other")]);
         assert_eq!(
-            plan(&r, "me", Some(7)),
+            plan(&r, "me", Some(7), &[]),
             ClaimPlan::OwnedByOther {
                 worker_id: 7,
                 owner: "other".into()
             }
         );
-        assert_eq!(plan(&r, "other", Some(7)), ClaimPlan::Reuse(7));
-        assert_eq!(plan(&r, "me", Some(8)), ClaimPlan::Take(Take::Insert(8)));
+        assert_eq!(plan(&r, "other", Some(7), &[]), ClaimPlan::Reuse(7));
+        assert_eq!(
+            plan(&r, "me", Some(8), &[]),
+            ClaimPlan::Take(Take::Insert(8))
+        );
     }
 
     #[test]
     fn moving_to_another_configured_id_releases_the_old_row() {
         let r = rows(&[(7, "other"), (9, "released:9")]);
         assert_eq!(
-            plan(&r, "other", Some(8)),
+            plan(&r, "other", Some(8), &[]),
             ClaimPlan::Move {
                 release: 7,
                 take: Take::Insert(8)
             }
         );
         assert_eq!(
-            plan(&r, "other", Some(9)),
+            plan(&r, "other", Some(9), &[]),
             ClaimPlan::Move {
                 release: 7,
                 take: Take::TakeOver(9)
             }
         );
+    }
+
+    #[test]
+    fn ids_of_other_databases_of_this_server_are_not_taken() {
+        let r = rows(&[(0, "a")]);
+        assert_eq!(
+            plan(&r, "n", None, &[1, 2]),
+            ClaimPlan::Take(Take::Insert(3))
+        );
+        assert_eq!(
+            plan(&r, "n", Some(1), &[1]),
+            ClaimPlan::UsedByOtherDatabase(1)
+        );
+        assert_eq!(plan(&r, "a", None, &[0]), ClaimPlan::UsedByOtherDatabase(0));
+    }
+
+    #[test]
+    fn a_re_claim_takes_the_rows_later_mark() {
+        // released with a mark 10 minutes ahead, taken back in one lifetime
+        assert_eq!(claim_floor(600_000, Some((1_000, 3_000))), 600_000);
+        // the row has our own lease: the generator goes on from its last ID
+        assert_eq!(claim_floor(3_000, Some((1_000, 3_000))), 1_000);
+        assert_eq!(claim_floor(500, Some((1_000, 3_000))), 1_000);
+        // a new lifetime or another id: the row's mark
+        assert_eq!(claim_floor(7_000, None), 7_000);
     }
 
     #[test]

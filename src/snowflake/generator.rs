@@ -1,7 +1,10 @@
 //! The snowflake generator and its clock rules, over an injected clock.
 //!
-//! State is one `AtomicU64` (milliseconds since epoch << 12 | sequence),
-//! advanced by compare-and-swap: lock-free, shared by all sessions.
+//! State is one `AtomicU64`: closed flag | worker id | milliseconds since
+//! epoch | sequence, advanced by compare-and-swap: lock-free, shared by all
+//! sessions. Everything an ID is made of is in the word the caller swaps, so
+//! a caller can never combine a worker id with another id's state (a re-claim
+//! that changes the worker id replaces the word).
 //!
 //! Clock rules (Leaf's, plus a persisted high-water mark):
 //! - a millisecond is issued only if it is above `floor_ms` (the mark the
@@ -10,6 +13,10 @@
 //! - clock behind the last issued millisecond by at most `max_backward_ms`:
 //!   wait twice the offset, read again, fail if still behind; further behind: fail;
 //! - sequence exhausted within a millisecond: wait for the next one.
+//!
+//! Every wait checks for interrupts (`Clock::check_interrupts`) and is
+//! bounded: the rollback wait by `max_backward_ms`, the wait for the next
+//! millisecond by the clock (a clock that steps back ends it).
 
 use super::layout::{MAX_SEQUENCE, MAX_TIMESTAMP, SEQUENCE_BITS, encode};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::SeqCst};
@@ -17,13 +24,16 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::SeqCst};
 pub trait Clock {
     /// Unix milliseconds.
     fn now_ms(&self) -> i64;
+    /// Sleep; in Postgres an interruptible wait.
     fn sleep_ms(&self, ms: i64);
+    /// Called in every wait loop; in Postgres CHECK_FOR_INTERRUPTS (a cancel
+    /// or terminate raises from here).
+    fn check_interrupts(&self) {}
 }
 
 #[derive(Debug, Clone, Copy)]
 pub struct Config {
     pub epoch_ms: i64,
-    pub worker_id: i64,
     pub max_backward_ms: i64,
     /// Start each millisecond at a random 0..99 (Leaf) or at 0.
     pub random_start: bool,
@@ -50,12 +60,18 @@ pub enum Refusal {
 /// against the word can then no longer succeed, so nothing is issued after
 /// the last millisecond the closing worker read.
 const CLOSED: u64 = 1 << 63;
+/// The worker id sits above the 53 bits of milliseconds and sequence.
+const WORKER_SHIFT: u32 = 53;
+/// Milliseconds and sequence of the last issued ID (0 = none yet).
+const ISSUED_MASK: u64 = (1 << WORKER_SHIFT) - 1;
+const WORKER_MASK: u64 = super::layout::MAX_WORKER_ID as u64;
 
 /// Shared state of one generator. `#[repr(C)]`: lives in shared memory.
 #[repr(C)]
 #[derive(Default)]
 pub struct Generator {
-    /// (ms since epoch) << 12 | sequence of the last issued id
+    /// CLOSED | worker id << 53 | (ms since epoch) << 12 | sequence of the
+    /// last issued id
     last: AtomicU64,
     /// Unix ms; ids only above this (persisted mark of the previous run)
     pub floor_ms: AtomicI64,
@@ -68,15 +84,23 @@ pub struct Generator {
 impl Generator {
     /// Unix ms of the last issued id, or None.
     pub fn last_issued_ms(&self, epoch_ms: i64) -> Option<i64> {
-        let last = self.last.load(SeqCst) & !CLOSED;
-        (last != 0).then(|| (last >> SEQUENCE_BITS) as i64 + epoch_ms)
+        issued_ms(self.last.load(SeqCst), epoch_ms)
+    }
+
+    /// The worker id the generator issues IDs with.
+    pub fn worker_id(&self) -> i64 {
+        ((self.last.load(SeqCst) >> WORKER_SHIFT) & WORKER_MASK) as i64
+    }
+
+    /// Is the generator closed?
+    pub fn is_closed(&self) -> bool {
+        self.last.load(SeqCst) & CLOSED != 0
     }
 
     /// Stop issuing, and return the last issued millisecond (Unix ms): no
-    /// ID with a later millisecond exists until `reopen`.
+    /// ID with a later millisecond exists until `reopen` or `reset`.
     pub fn close(&self, epoch_ms: i64) -> Option<i64> {
-        let last = self.last.fetch_or(CLOSED, SeqCst) & !CLOSED;
-        (last != 0).then(|| (last >> SEQUENCE_BITS) as i64 + epoch_ms)
+        issued_ms(self.last.fetch_or(CLOSED, SeqCst), epoch_ms)
     }
 
     /// Issue again after `close`, going on from the last issued ID.
@@ -84,9 +108,20 @@ impl Generator {
         self.last.fetch_and(!CLOSED, SeqCst);
     }
 
-    /// Forget the last issued id (a new worker id or epoch starts afresh).
-    pub fn reset(&self) {
-        self.last.store(0, SeqCst);
+    /// Start afresh with a worker id (a new id, or a new lifetime): nothing
+    /// issued yet. Set `floor_ms` and `lease_ms` before: the word published
+    /// here is what lets callers issue again.
+    pub fn reset(&self, worker_id: i64) {
+        debug_assert!((0..=super::layout::MAX_WORKER_ID).contains(&worker_id));
+        self.last
+            .store((worker_id as u64 & WORKER_MASK) << WORKER_SHIFT, SeqCst);
+    }
+
+    /// Back to the zeroed state of shared memory: closed, no worker id.
+    pub fn clear(&self) {
+        self.last.store(CLOSED, SeqCst);
+        self.floor_ms.store(0, SeqCst);
+        self.lease_ms.store(0, SeqCst);
     }
 
     pub fn next_id(
@@ -121,8 +156,10 @@ impl Generator {
             if !(0..=MAX_TIMESTAMP).contains(&t) {
                 return Err(Refusal::OutOfRange);
             }
-            let last_t = (word >> SEQUENCE_BITS) as i64;
-            let last_seq = (word & MAX_SEQUENCE as u64) as i64;
+            let worker_id = (word >> WORKER_SHIFT) & WORKER_MASK;
+            let issued = word & ISSUED_MASK;
+            let last_t = (issued >> SEQUENCE_BITS) as i64;
+            let last_seq = (issued & MAX_SEQUENCE as u64) as i64;
             let seq = if t < last_t {
                 let offset = last_t - t;
                 self.rollback_events.fetch_add(1, SeqCst);
@@ -132,7 +169,7 @@ impl Generator {
                     continue;
                 }
                 return Err(Refusal::ClockBehind { offset_ms: offset });
-            } else if t == last_t && word != 0 {
+            } else if t == last_t && issued != 0 {
                 if last_seq >= MAX_SEQUENCE {
                     self.sequence_waits.fetch_add(1, SeqCst);
                     wait_next_ms(clock, now);
@@ -144,24 +181,39 @@ impl Generator {
             } else {
                 0
             };
-            let new_word = ((t as u64) << SEQUENCE_BITS) | seq as u64;
+            let new_word = (worker_id << WORKER_SHIFT) | ((t as u64) << SEQUENCE_BITS) | seq as u64;
             if self
                 .last
                 .compare_exchange(word, new_word, SeqCst, SeqCst)
                 .is_ok()
             {
-                return Ok(encode(t, cfg.worker_id, seq));
+                return Ok(encode(t, worker_id as i64, seq));
             }
+            clock.check_interrupts();
         }
     }
 }
 
+fn issued_ms(word: u64, epoch_ms: i64) -> Option<i64> {
+    let issued = word & ISSUED_MASK;
+    (issued != 0).then(|| (issued >> SEQUENCE_BITS) as i64 + epoch_ms)
+}
+
+/// Wait until the clock passes `now`. Ends early if the clock steps back
+/// (the caller's rollback rules decide then), so it never waits out a step.
 fn wait_next_ms(clock: &dyn Clock, now: i64) {
     // sub-millisecond: spin on the clock, as Leaf's tilNextMillis
-    let mut spins = 0;
-    while clock.now_ms() <= now {
+    let mut spins: u32 = 0;
+    loop {
+        let t = clock.now_ms();
+        if t != now {
+            return;
+        }
         spins += 1;
-        if spins > 1_000_000 {
+        if spins % 1024 == 0 {
+            clock.check_interrupts();
+        }
+        if spins > 100_000 {
             clock.sleep_ms(1);
         }
         std::hint::spin_loop();
@@ -210,7 +262,6 @@ mod tests {
     fn cfg() -> Config {
         Config {
             epoch_ms: LEAF_EPOCH_MS,
-            worker_id: 7,
             max_backward_ms: 5,
             random_start: false,
         }
@@ -218,6 +269,7 @@ mod tests {
     fn generator() -> Generator {
         let g = Generator::default();
         g.lease_ms.store(i64::MAX, SeqCst);
+        g.reset(7);
         g
     }
     fn zero() -> i64 {
@@ -356,6 +408,77 @@ mod tests {
         g.reopen();
         assert!(g.next_id(&cfg(), &clock, &mut zero).unwrap() > before);
         assert_eq!(Generator::default().close(LEAF_EPOCH_MS), None);
+    }
+
+    #[test]
+    fn the_worker_id_comes_from_the_swapped_word() {
+        let g = generator();
+        let clock = FakeClock::at(T0);
+        let a = g.next_id(&cfg(), &clock, &mut zero).unwrap();
+        assert_eq!(decode(a, LEAF_EPOCH_MS).unwrap().worker_id, 7);
+        // a re-claim closes, then publishes a word with the new id: a caller
+        // that swaps against the old word fails and retries with the new one
+        g.close(LEAF_EPOCH_MS);
+        assert_eq!(g.next_id(&cfg(), &clock, &mut zero), Err(Refusal::Closed));
+        g.reset(9);
+        assert_eq!(g.worker_id(), 9);
+        let b = g.next_id(&cfg(), &clock, &mut zero).unwrap();
+        let d = decode(b, LEAF_EPOCH_MS).unwrap();
+        assert_eq!(
+            (d.worker_id, d.sequence),
+            (9, 0),
+            "fresh state for the new id"
+        );
+        let cleared = Generator::default();
+        cleared.clear();
+        assert_eq!(
+            cleared.next_id(&cfg(), &clock, &mut zero),
+            Err(Refusal::Closed)
+        );
+    }
+
+    /// A clock that steps back while a caller waits for the next
+    /// millisecond: the wait ends at once (no waiting out the step), the
+    /// rollback rule refuses, and interrupts were checked while spinning.
+    #[test]
+    fn wait_for_next_ms_ends_when_the_clock_steps_back() {
+        struct StepBack {
+            now: Cell<i64>,
+            reads: Cell<u32>,
+            interrupt_checks: Cell<u32>,
+        }
+        impl Clock for StepBack {
+            fn now_ms(&self) -> i64 {
+                self.reads.set(self.reads.get() + 1);
+                if self.reads.get() == 50_000 {
+                    self.now.set(self.now.get() - 10_000); // 10 s back
+                }
+                self.now.get()
+            }
+            fn sleep_ms(&self, _: i64) {}
+            fn check_interrupts(&self) {
+                self.interrupt_checks.set(self.interrupt_checks.get() + 1);
+            }
+        }
+        let g = generator();
+        let clock = StepBack {
+            now: Cell::new(T0),
+            reads: Cell::new(0),
+            interrupt_checks: Cell::new(0),
+        };
+        for _ in 0..=MAX_SEQUENCE {
+            g.next_id(&cfg(), &clock, &mut zero).unwrap();
+        }
+        let started = std::time::Instant::now();
+        assert_eq!(
+            g.next_id(&cfg(), &clock, &mut zero),
+            Err(Refusal::ClockBehind { offset_ms: 10_000 })
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        assert!(
+            clock.interrupt_checks.get() > 0,
+            "the spin checked for interrupts"
+        );
     }
 
     #[test]

@@ -1,0 +1,59 @@
+-- leaf_id privileges, checked as an unprivileged role
+\set VERBOSITY terse
+
+CREATE ROLE regress_leaf_app;
+CREATE ROLE regress_leaf_monitor IN ROLE pg_monitor;
+INSERT INTO leaf_alloc (biz_tag, step) VALUES ('priv', 10);
+
+-- the catalog: who may do what
+SELECT p.oid::regprocedure AS function, has_function_privilege('regress_leaf_app', p.oid, 'EXECUTE') AS app,
+       has_function_privilege('regress_leaf_monitor', p.oid, 'EXECUTE') AS monitor
+FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
+JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'leaf_id'
+ORDER BY 1::text;
+
+SET ROLE regress_leaf_app;
+-- drawing IDs is open to PUBLIC (column defaults need it)
+SELECT leaf_segment_next('priv') > 0 AS segment_ok;
+SELECT leaf_snowflake_next() > 0 AS snowflake_ok;
+SELECT worker_id >= 0 AS decode_ok FROM leaf_snowflake_decode(leaf_snowflake_next());
+-- changing state is not (42501)
+SELECT regress_sqlstate('SELECT leaf_id_reset_cache()') AS reset_cache;
+-- tag names, ranges and the registry are not for everyone (42501)
+SELECT regress_sqlstate('SELECT * FROM leaf_segment_status') AS segment_status_view;
+SELECT regress_sqlstate('SELECT * FROM leaf_segment_status()') AS segment_status_function;
+SELECT regress_sqlstate('SELECT * FROM leaf_snowflake_status') AS snowflake_status_view;
+SELECT regress_sqlstate('SELECT * FROM leaf_snowflake_status()') AS snowflake_status_function;
+-- the tables are the superuser's (42501)
+SELECT regress_sqlstate('SELECT * FROM leaf_alloc') AS read_alloc;
+SELECT regress_sqlstate($$UPDATE leaf_alloc SET max_id = 1 WHERE biz_tag = 'priv'$$) AS rewind_alloc;
+SELECT regress_sqlstate($$INSERT INTO leaf_alloc (biz_tag, step) VALUES ('mine', 1)$$) AS add_tag;
+SELECT regress_sqlstate('DELETE FROM leaf_worker') AS delete_worker;
+SELECT regress_sqlstate($$INSERT INTO leaf_worker (worker_id, node_name) VALUES (1000, 'evil')$$) AS add_worker;
+-- test-only and node settings are superuser settings (42501)
+SELECT regress_sqlstate('SET leaf_id.test_clock_offset_ms = -100000') AS clock_offset;
+SELECT regress_sqlstate('SET leaf_id.worker_id = 3') AS worker_id;
+SELECT regress_sqlstate($$SET leaf_id.node_name = 'x'$$) AS node_name;
+RESET ROLE;
+
+-- pg_monitor members may look
+SET ROLE regress_leaf_monitor;
+SELECT count(*) >= 1 AS sees_tags FROM leaf_segment_status WHERE tag = 'priv';
+SELECT state FROM leaf_snowflake_status;
+SELECT regress_sqlstate('SELECT leaf_id_reset_cache()') AS monitor_reset_cache;
+RESET ROLE;
+
+-- drawing can be restricted per function, as with sequences
+REVOKE EXECUTE ON FUNCTION leaf_segment_next(text) FROM PUBLIC;
+SET ROLE regress_leaf_app;
+SELECT regress_sqlstate($$SELECT leaf_segment_next('priv')$$) AS revoked_segment;
+RESET ROLE;
+GRANT EXECUTE ON FUNCTION leaf_segment_next(text) TO regress_leaf_app;
+SET ROLE regress_leaf_app;
+SELECT leaf_segment_next('priv') > 0 AS granted_segment;
+RESET ROLE;
+GRANT EXECUTE ON FUNCTION leaf_segment_next(text) TO PUBLIC;
+REVOKE EXECUTE ON FUNCTION leaf_segment_next(text) FROM regress_leaf_app;
+
+DROP ROLE regress_leaf_app;
+DROP ROLE regress_leaf_monitor;

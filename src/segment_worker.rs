@@ -1,0 +1,388 @@
+//! The segment half of the worker: reserve ranges in `leaf_alloc` (each in
+//! its own transaction), publish them to the tags' double buffers, and drop
+//! tags whose rows are gone.
+
+use crate::backend::database_exists;
+use crate::clock::unix_us;
+use crate::errors::code_of;
+use crate::segment::buffer::MAX_SEGMENT_LEN;
+use crate::segment::step::{PreviousRefill, StepPolicy};
+use crate::settings;
+use crate::shmem::{TagStatus, shared};
+use crate::transaction::{JobError, in_transaction, spi_err};
+use crate::worker::WorkerContext;
+use pgrx::prelude::*;
+use pgrx::spi::Spi;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::{Duration, Instant};
+
+struct Reserved {
+    start: i64,
+    len: i64,
+    step: i64,
+    table_step: i64,
+}
+
+/// Reserve the next range of a tag: `[max_id, max_id + n)`, never below the
+/// end of what this server lifetime already reserved for the tag
+/// (`reserved_end`): a row deleted and inserted again, or a `max_id` moved
+/// back, cannot make a range overlap one already handed to callers.
+fn reserve(
+    schema: &str,
+    tag: &str,
+    reserved_end: i64,
+    policy: StepPolicy,
+    previous: Option<PreviousRefill>,
+) -> Result<Reserved, JobError> {
+    Spi::connect_mut(|client| {
+        let row = client
+            .update(
+                &format!(
+                    "SELECT max_id, step FROM {schema}.leaf_alloc \
+                     WHERE biz_tag OPERATOR(pg_catalog.=) $1 FOR UPDATE"
+                ),
+                None,
+                &[tag.into()],
+            )
+            .map_err(spi_err)?;
+        if row.is_empty() {
+            return Err(JobError::new(
+                PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+                format!("leaf_id tag \"{tag}\" does not exist in leaf_alloc"),
+            ));
+        }
+        let row = row.first();
+        let max_id: i64 = row.get(1).ok().flatten().unwrap_or(-1);
+        let table_step: i64 = row.get::<i32>(2).ok().flatten().map(i64::from).unwrap_or(0);
+        if table_step < 1 {
+            return Err(JobError::new(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("leaf_alloc.step of tag \"{tag}\" is {table_step}; it must be at least 1"),
+            ));
+        }
+        if max_id < 0 {
+            return Err(JobError::new(
+                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                format!("leaf_alloc.max_id of tag \"{tag}\" is {max_id}; it must not be negative"),
+            ));
+        }
+        let start = if max_id < reserved_end {
+            pgrx::warning!(
+                "leaf_id: leaf_alloc.max_id of tag \"{}\" is {}, below {} that this server already reserved for it; the reservation starts at {}",
+                tag,
+                max_id,
+                reserved_end,
+                reserved_end
+            );
+            reserved_end
+        } else {
+            max_id
+        };
+        let step = policy.next_step(table_step, previous);
+        let room = i64::MAX - start;
+        if room == 0 {
+            return Err(JobError::new(
+                PgSqlErrorCode::ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED,
+                format!("leaf_id tag \"{tag}\" has reached the largest bigint: no IDs are left"),
+            ));
+        }
+        let len = step.min(MAX_SEGMENT_LEN).min(room);
+        let end = start + len;
+        // exactly this row must now say `end`: a trigger that skips or
+        // changes the update, or a rule, must not let a range be published
+        // that the table did not record
+        let updated = client
+            .update(
+                &format!(
+                    "UPDATE {schema}.leaf_alloc SET max_id = $2, update_time = pg_catalog.now() \
+                     WHERE biz_tag OPERATOR(pg_catalog.=) $1 AND max_id OPERATOR(pg_catalog.=) $3 \
+                     RETURNING max_id"
+                ),
+                None,
+                &[tag.into(), end.into(), max_id.into()],
+            )
+            .map_err(spi_err)?;
+        let returned: Vec<Option<i64>> = updated.map(|r| r.get::<i64>(1).ok().flatten()).collect();
+        let recorded = client
+            .select(
+                &format!(
+                    "SELECT max_id FROM {schema}.leaf_alloc WHERE biz_tag OPERATOR(pg_catalog.=) $1"
+                ),
+                None,
+                &[tag.into()],
+            )
+            .map_err(spi_err)?
+            .map(|r| r.get::<i64>(1).ok().flatten())
+            .collect::<Vec<_>>();
+        if returned != [Some(end)] || recorded != [Some(end)] {
+            return Err(JobError::new(
+                PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                format!(
+                    "leaf_id could not record the reservation of tag \"{tag}\" in leaf_alloc (max_id should be {end}; the update returned {returned:?}, the row has {recorded:?}): a trigger or rule on leaf_alloc changed or skipped it, and no ID is handed out that the table has not recorded"
+                ),
+            ));
+        }
+        Ok(Reserved {
+            start,
+            len,
+            step,
+            table_step,
+        })
+    })
+}
+
+/// A slot whose refill failed: when its prefetch may be tried again.
+struct Backoff {
+    retry_at: Instant,
+    delay: Duration,
+    last_logged: Instant,
+}
+
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+const MAX_RETRY: Duration = Duration::from_secs(10);
+const LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// The worker's segment jobs, and what it remembers between them.
+pub struct SegmentJobs {
+    /// per (slot, epoch): what its last refill used and when (dynamic step)
+    previous: HashMap<(usize, u64), (PreviousRefill, Instant)>,
+    /// per (slot, epoch) whose last refill failed: its prefetch is retried
+    /// with a growing delay (a caller's request is served at once)
+    failed: HashMap<(usize, u64), Backoff>,
+    last_resync: Instant,
+}
+
+impl SegmentJobs {
+    pub fn new() -> SegmentJobs {
+        SegmentJobs {
+            previous: HashMap::new(),
+            failed: HashMap::new(),
+            last_resync: Instant::now(),
+        }
+    }
+
+    fn policy() -> StepPolicy {
+        StepPolicy {
+            segment_duration: Duration::from_secs(settings::SEGMENT_DURATION.get() as u64),
+            max_step: settings::MAX_STEP.get() as i64,
+        }
+    }
+
+    /// One round: every refill that is due, and the resync when it is due.
+    pub fn run(&mut self, ctx: &mut WorkerContext) {
+        self.refill_all_needed(ctx);
+        let interval = Duration::from_secs(settings::TAG_RESYNC_INTERVAL.get() as u64);
+        if self.last_resync.elapsed() >= interval {
+            self.resync(ctx);
+        }
+    }
+
+    /// How long the worker may sleep before a failed prefetch is due.
+    pub fn next_due(&self) -> Option<Duration> {
+        self.failed
+            .values()
+            .map(|b| b.retry_at.saturating_duration_since(Instant::now()))
+            .min()
+    }
+
+    fn my_slots(ctx: &WorkerContext) -> Vec<usize> {
+        let sh = ctx.sh;
+        (0..sh.n_tags())
+            .filter(|&i| sh.tag(i).dboid.load(SeqCst) == ctx.dboid)
+            .collect()
+    }
+
+    fn refill_all_needed(&mut self, ctx: &mut WorkerContext) {
+        for i in Self::my_slots(ctx) {
+            let slot = ctx.sh.tag(i);
+            let retry_due = self
+                .failed
+                .get(&(i, slot.epoch.load(SeqCst)))
+                .is_none_or(|b| Instant::now() >= b.retry_at);
+            let wanted = match slot.status() {
+                TagStatus::Loading | TagStatus::Active => {
+                    slot.refill_requested.load(SeqCst) || (retry_due && slot.pair.wants_prefetch())
+                }
+                _ => false,
+            };
+            if wanted {
+                self.refill(ctx, i);
+            }
+        }
+    }
+
+    /// One refill of one slot, if it still needs one.
+    fn refill(&mut self, ctx: &mut WorkerContext, i: usize) {
+        let sh = ctx.sh;
+        let slot = sh.tag(i);
+        let (target, tag, epoch) = {
+            let _g = sh.lock_tag(i);
+            if slot.dboid.load(SeqCst) != ctx.dboid || slot.status() == TagStatus::Missing {
+                return;
+            }
+            slot.refill_requested.store(false, SeqCst);
+            let Some(target) = slot.pair.refill_target() else {
+                return;
+            };
+            slot.refill_in_flight.store(true, SeqCst);
+            (target, slot.tag(), slot.epoch.load(SeqCst))
+        };
+        let previous = self
+            .previous
+            .get(&(i, epoch))
+            .map(|(p, at)| PreviousRefill {
+                elapsed: at.elapsed(),
+                ..*p
+            });
+        let reserved_end = sh.reserved_end(ctx.dboid, &tag);
+        let result = in_transaction(|schema| {
+            let r = reserve(schema, &tag, reserved_end, Self::policy(), previous)?;
+            // remembered before the commit makes the range usable: if the
+            // commit fails the mark only leaves a gap
+            remember_reserved(ctx.dboid, &tag, r.start + r.len)?;
+            Ok(r)
+        });
+        {
+            let _g = sh.lock_tag(i);
+            slot.refill_in_flight.store(false, SeqCst);
+            if slot.epoch.load(SeqCst) == epoch {
+                match &result {
+                    Ok(r) => {
+                        // committed: only now may its IDs be handed out
+                        let published = slot.pair.publish(target, r.start, r.len);
+                        debug_assert!(published);
+                        slot.dynamic_step.store(r.step, SeqCst);
+                        slot.table_step.store(r.table_step, SeqCst);
+                        slot.refills.fetch_add(1, SeqCst);
+                        slot.last_refill_us.store(unix_us(), SeqCst);
+                        slot.status.store(TagStatus::Active as u32, SeqCst);
+                    }
+                    Err(e) if e.sqlstate == code_of(PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT) => {
+                        slot.pair.retire();
+                        slot.status.store(TagStatus::Missing as u32, SeqCst);
+                        slot.error.set(e.sqlstate, &e.message);
+                    }
+                    Err(e) => slot.error.set(e.sqlstate, &e.message),
+                }
+            }
+        }
+        match result {
+            Ok(r) => {
+                if self.failed.remove(&(i, epoch)).is_some() {
+                    pgrx::log!("leaf_id: refill of tag \"{}\" works again", tag);
+                }
+                self.previous.insert(
+                    (i, epoch),
+                    (
+                        PreviousRefill {
+                            step: r.step,
+                            table_step: r.table_step,
+                            elapsed: Duration::ZERO,
+                        },
+                        Instant::now(),
+                    ),
+                );
+            }
+            Err(e) => {
+                ctx.note(&e);
+                let now = Instant::now();
+                let log = match self.failed.get_mut(&(i, epoch)) {
+                    Some(b) => {
+                        b.delay = (b.delay * 2).min(MAX_RETRY);
+                        b.retry_at = now + b.delay;
+                        let due = b.last_logged.elapsed() >= LOG_EVERY;
+                        if due {
+                            b.last_logged = now;
+                        }
+                        due
+                    }
+                    None => {
+                        self.failed.insert(
+                            (i, epoch),
+                            Backoff {
+                                retry_at: now + FIRST_RETRY,
+                                delay: FIRST_RETRY,
+                                last_logged: now,
+                            },
+                        );
+                        true
+                    }
+                };
+                if log {
+                    pgrx::warning!(
+                        "leaf_id: refill of tag \"{}\" failed: {} (retried with backoff)",
+                        tag,
+                        e.message
+                    );
+                }
+            }
+        }
+        sh.broadcast(ctx.db);
+    }
+
+    /// Drop cached tags whose rows are gone from leaf_alloc.
+    fn resync(&mut self, ctx: &mut WorkerContext) {
+        let sh = ctx.sh;
+        self.last_resync = Instant::now();
+        let tags = in_transaction(|schema| {
+            Spi::connect(|client| {
+                let rows = client
+                    .select(
+                        &format!("SELECT biz_tag FROM {schema}.leaf_alloc"),
+                        None,
+                        &[],
+                    )
+                    .map_err(spi_err)?;
+                Ok(rows
+                    .filter_map(|r| r.get::<String>(1).ok().flatten())
+                    .collect::<HashSet<String>>())
+            })
+        });
+        let tags = match tags {
+            Ok(t) => t,
+            Err(e) => {
+                ctx.note(&e);
+                return;
+            }
+        };
+        for i in Self::my_slots(ctx) {
+            let slot = sh.tag(i);
+            let _g = sh.lock_tag(i);
+            if slot.dboid.load(SeqCst) == ctx.dboid
+                && slot.status() == TagStatus::Active
+                && !tags.contains(&slot.tag())
+            {
+                slot.pair.retire();
+                slot.status.store(TagStatus::Missing as u32, SeqCst);
+                slot.error.set(
+                    code_of(PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT),
+                    &format!("leaf_id tag \"{}\" was deleted from leaf_alloc", slot.tag()),
+                );
+            }
+        }
+        self.previous
+            .retain(|(i, epoch), _| sh.tag(*i).epoch.load(SeqCst) == *epoch);
+        self.failed
+            .retain(|(i, epoch), _| sh.tag(*i).epoch.load(SeqCst) == *epoch);
+        sh.broadcast(ctx.db);
+    }
+}
+
+/// Record the end of a reservation in shared memory (inside its transaction).
+fn remember_reserved(dboid: u32, tag: &str, end: i64) -> Result<(), JobError> {
+    let sh = shared().expect("shared memory");
+    if sh.record_reserved(dboid, tag, end).is_ok()
+        || (sh.forget_marks_of_dropped_databases(database_exists)
+            && sh.record_reserved(dboid, tag, end).is_ok())
+    {
+        return Ok(());
+    }
+    Err(JobError::new(
+        PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+        format!(
+            "leaf_id cannot remember the reserved ranges of another tag: all {} marks (4 per leaf_id.max_tags) are in use; raise leaf_id.max_tags and restart the server",
+            sh.n_tags() * 4
+        ),
+    ))
+}

@@ -1,0 +1,139 @@
+//! The background worker's session and transactions.
+//!
+//! The worker runs as the bootstrap superuser, so nothing a database owner or
+//! another role configured may change what its SQL means: the session is
+//! hardened once at start (`harden_session`), and every job runs in its own
+//! transaction (`in_transaction`), committed synchronously.
+//!
+//! Every statement the worker runs names its functions and operators with
+//! their schema (`pg_catalog.`, `OPERATOR(pg_catalog.=)`) and its tables with
+//! the extension's schema; with `search_path = pg_catalog, pg_temp` on top, a
+//! function or operator planted in another schema is never resolved.
+
+use crate::errors::code_of;
+use pgrx::pg_sys;
+use pgrx::pg_sys::panic::CaughtError;
+use pgrx::prelude::*;
+use pgrx::spi::Spi;
+use std::ffi::CStr;
+use std::panic::AssertUnwindSafe;
+
+/// An error from a job, handed to the callers waiting for it.
+#[derive(Debug)]
+pub struct JobError {
+    pub sqlstate: i32,
+    pub message: String,
+}
+
+impl JobError {
+    pub(crate) fn new(code: PgSqlErrorCode, message: impl Into<String>) -> JobError {
+        JobError {
+            sqlstate: code_of(code),
+            message: message.into(),
+        }
+    }
+}
+
+pub(crate) fn spi_err(e: pgrx::spi::SpiError) -> JobError {
+    JobError::new(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string())
+}
+
+pub const EXTENSION_GONE: &str = "extension leaf_id is not installed in this database";
+
+/// The settings the worker's session forces, over whatever the database,
+/// the role or postgresql.conf set (`ALTER DATABASE ... SET` included).
+pub const FORCED_SETTINGS: &[(&CStr, &CStr)] = &[
+    // names resolve only in pg_catalog: nothing planted elsewhere runs
+    (c"search_path", c"pg_catalog, pg_temp"),
+    // a refill is usable only once durable (and replicated, if synchronous)
+    (c"synchronous_commit", c"on"),
+    (c"default_transaction_read_only", c"off"),
+    (c"default_transaction_isolation", c"read committed"),
+    (c"default_transaction_deferrable", c"off"),
+    // triggers and rules on the tables fire as for anyone else (a replica
+    // role would skip them silently)
+    (c"session_replication_role", c"origin"),
+    (c"row_security", c"on"),
+    (c"lock_timeout", c"5s"),
+    (c"statement_timeout", c"0"),
+    (c"idle_in_transaction_session_timeout", c"0"),
+    (c"standard_conforming_strings", c"on"),
+    (c"application_name", c"leaf_id worker"),
+];
+
+/// Force `FORCED_SETTINGS` for the rest of the worker's life.
+pub fn harden_session() {
+    for (name, value) in FORCED_SETTINGS {
+        unsafe {
+            pg_sys::SetConfigOption(
+                name.as_ptr(),
+                value.as_ptr(),
+                pg_sys::GucContext::PGC_SUSET,
+                pg_sys::GucSource::PGC_S_OVERRIDE,
+            )
+        };
+    }
+}
+
+/// Run `job` in a transaction of its own and commit it (synchronously: the
+/// worker forces synchronous_commit on). Any error, Postgres' or the job's,
+/// rolls the transaction back and is returned, not raised. `job` gets the
+/// extension's schema, quoted.
+pub(crate) fn in_transaction<T>(
+    job: impl FnOnce(&str) -> Result<T, JobError>,
+) -> Result<T, JobError> {
+    unsafe {
+        pg_sys::SetCurrentStatementStartTimestamp();
+        pg_sys::StartTransactionCommand();
+        pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+    }
+    let mut committed = false;
+    let committed_ref = AssertUnwindSafe(&mut committed);
+    let job = AssertUnwindSafe(job);
+    let result = PgTryBuilder::new(move || {
+        let committed_ref = committed_ref;
+        let job = job;
+        let result = match extension_schema() {
+            Some(schema) => (job.0)(&schema),
+            None => Err(JobError::new(
+                PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+                EXTENSION_GONE,
+            )),
+        };
+        if result.is_ok() {
+            unsafe {
+                pg_sys::PopActiveSnapshot();
+                pg_sys::CommitTransactionCommand();
+            }
+            *committed_ref.0 = true;
+        }
+        result
+    })
+    .catch_others(|e| {
+        let report = match &e {
+            CaughtError::PostgresError(r) | CaughtError::ErrorReport(r) => r,
+            CaughtError::RustPanic { ereport, .. } => ereport,
+        };
+        Err(JobError {
+            sqlstate: code_of(report.sql_error_code()),
+            message: report.message().to_string(),
+        })
+    })
+    .execute();
+    if !committed {
+        unsafe { pg_sys::AbortCurrentTransaction() };
+    }
+    result
+}
+
+/// The extension's schema, quoted; None when it is not installed.
+fn extension_schema() -> Option<String> {
+    Spi::get_one::<String>(
+        "SELECT pg_catalog.quote_ident(n.nspname::pg_catalog.text) \
+         FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n \
+         ON n.oid OPERATOR(pg_catalog.=) e.extnamespace \
+         WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'::pg_catalog.name",
+    )
+    .ok()
+    .flatten()
+}
