@@ -381,8 +381,8 @@ fn remember_reserved(dboid: u32, tag: &str, end: i64) -> Result<(), JobError> {
     Err(JobError::new(
         PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
         format!(
-            "leaf_id cannot remember the reserved ranges of another tag: all {} marks (4 per leaf_id.max_tags) are in use; raise leaf_id.max_tags and restart the server",
-            sh.n_tags() * 4
+            "leaf_id cannot remember the reserved ranges of another tag: all {} marks (4 per leaf_id.max_tags, at least 16384) are in use by tags of this server lifetime; raise leaf_id.max_tags and restart the server",
+            sh.n_marks()
         ),
     ))
 }

@@ -191,8 +191,11 @@ pub fn tag_hash(tag: &str) -> u64 {
     })
 }
 
-/// Marks kept per tag slot: room for tags deleted and created again.
-const MARKS_PER_TAG: usize = 4;
+/// Marks kept: 4 per tag slot, at least 16384 (tags deleted and created
+/// again, over all databases, in one server lifetime).
+fn n_marks(n_tags: usize) -> usize {
+    (4 * n_tags).max(16_384)
+}
 
 #[repr(C)]
 struct Header {
@@ -229,7 +232,7 @@ fn layout(n_dbs: usize, n_tags: usize) -> (usize, usize, usize, usize) {
     let dbs_at = align(size_of::<Header>());
     let tags_at = align(dbs_at + n_dbs * size_of::<DbSlot>());
     let marks_at = align(tags_at + n_tags * size_of::<TagSlot>());
-    let total = align(marks_at + n_tags * MARKS_PER_TAG * size_of::<ReservedMark>());
+    let total = align(marks_at + n_marks(n_tags) * size_of::<ReservedMark>());
     (dbs_at, tags_at, marks_at, total)
 }
 
@@ -332,6 +335,10 @@ pub struct MarksFull;
 impl Shared {
     pub fn n_tags(&self) -> usize {
         self.n_tags
+    }
+    /// How many reserved-range marks shared memory holds.
+    pub fn n_marks(&self) -> usize {
+        n_marks(self.n_tags)
     }
     pub fn n_dbs(&self) -> usize {
         self.n_dbs
@@ -475,7 +482,7 @@ impl Shared {
     }
 
     fn mark(&self, i: usize) -> &ReservedMark {
-        assert!(i < self.n_tags * MARKS_PER_TAG);
+        assert!(i < n_marks(self.n_tags));
         unsafe { &*self.marks.add(i) }
     }
 
@@ -484,7 +491,7 @@ impl Shared {
     pub fn reserved_end(&self, dboid: u32, tag: &str) -> i64 {
         let h = tag_hash(tag);
         let _g = self.lock_global();
-        (0..self.n_tags * MARKS_PER_TAG)
+        (0..n_marks(self.n_tags))
             .map(|i| self.mark(i))
             .find(|m| m.dboid.load(SeqCst) == dboid && m.tag_hash.load(SeqCst) == h)
             .map_or(0, |m| m.end.load(SeqCst))
@@ -495,7 +502,7 @@ impl Shared {
     pub fn record_reserved(&self, dboid: u32, tag: &str, end: i64) -> Result<(), MarksFull> {
         let h = tag_hash(tag);
         let _g = self.lock_global();
-        let marks = || (0..self.n_tags * MARKS_PER_TAG).map(|i| self.mark(i));
+        let marks = || (0..n_marks(self.n_tags)).map(|i| self.mark(i));
         if let Some(m) =
             marks().find(|m| m.dboid.load(SeqCst) == dboid && m.tag_hash.load(SeqCst) == h)
         {
@@ -514,7 +521,7 @@ impl Shared {
     /// Free the marks of databases that no longer exist (`exists` asks the
     /// catalog, outside the lock). True if any was freed.
     pub fn forget_marks_of_dropped_databases(&self, exists: impl Fn(u32) -> bool) -> bool {
-        let n = self.n_tags * MARKS_PER_TAG;
+        let n = n_marks(self.n_tags);
         let owners: std::collections::BTreeSet<u32> = {
             let _g = self.lock_global();
             (0..n).map(|i| self.mark(i).dboid.load(SeqCst)).collect()

@@ -1,0 +1,132 @@
+# leaf_id segment mode, what an operator may do to leaf_alloc while the
+# server runs:
+#  - a tag deleted and inserted again with max_id = max(id) + 1, and an
+#    UPDATE that moves max_id back on a live tag: no ID is handed out twice
+#    (a primary key would raise 23505); the reservation moves forward and
+#    logs a WARNING;
+#  - a trigger that skips or changes the reservation's UPDATE: no ID of an
+#    unrecorded range is handed out, the call fails with 55000;
+#  - a prefetch that fails once (an admin holds the row longer than the
+#    worker's lock_timeout) is retried without waiting for callers to drain
+#    both segments.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use SegmentTap;
+use Test::More;
+
+my $node = leaf_node('rewind', "leaf_id.max_step = 10\n");
+$node->safe_psql(
+	'postgres', q{
+CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT leaf_segment_next('order'), n int);
+INSERT INTO leaf_alloc (biz_tag, step) VALUES ('order', 10);
+});
+
+sub insert_rows
+{
+	my ($n, $what) = @_;
+	my $r = try_sql($node, 'postgres',
+		"INSERT INTO orders (n) SELECT g FROM generate_series(1, $n) g");
+	is($r->{sqlstate}, undef, "$what: $n inserts, no duplicate key")
+	  or diag $r->{err};
+}
+
+sub wait_prefetched
+{
+	return wait_until(
+		20,
+		sub {
+			$node->safe_psql('postgres',
+				"SELECT next_ready FROM leaf_segment_status WHERE tag = 'order'") eq 't';
+		});
+}
+
+insert_rows(25, 'before');
+ok(wait_prefetched(), 'the next segment is prefetched');
+
+# 1. delete the tag and insert it again, "natural" max_id = max(id) + 1,
+# while this server still caches segments of the old row
+$node->safe_psql(
+	'postgres', q{
+DELETE FROM leaf_alloc WHERE biz_tag = 'order';
+INSERT INTO leaf_alloc (biz_tag, step, max_id) SELECT 'order', 10, max(id) + 1 FROM orders;
+});
+insert_rows(60, 're-created tag');
+
+# 2. move max_id back on the live tag
+ok(wait_prefetched(), 'prefetched again');
+$node->safe_psql('postgres',
+	"UPDATE leaf_alloc SET max_id = (SELECT max(id) - 5 FROM orders) WHERE biz_tag = 'order'");
+insert_rows(60, 'rewound max_id');
+is($node->safe_psql('postgres', 'SELECT count(*) = count(DISTINCT id) FROM orders'),
+	't', 'every ID in orders is distinct');
+ok( $node->wait_for_log(
+		qr/WARNING:  leaf_id: leaf_alloc\.max_id of tag "order" is \d+, below \d+ that this server already reserved for it/
+	),
+	'the moved reservation is logged as a WARNING');
+my $end = $node->safe_psql('postgres',
+	"SELECT max_id > (SELECT max(id) FROM orders) FROM leaf_alloc WHERE biz_tag = 'order'");
+is($end, 't', 'leaf_alloc.max_id is above every ID handed out');
+
+# 3. a trigger that skips the reservation's UPDATE, then one that changes it
+for my $trigger (
+	[ 'skips', 'RETURN NULL' ],
+	[ 'changes', 'NEW.max_id := OLD.max_id + 1; RETURN NEW' ])
+{
+	my ($what, $body) = @$trigger;
+	my $log_offset = -s $node->logfile;
+	$node->safe_psql(
+		'postgres', qq{
+INSERT INTO leaf_alloc (biz_tag, step, max_id) VALUES ('trig_$what', 10, 1000);
+CREATE FUNCTION trig_$what() RETURNS trigger LANGUAGE plpgsql AS \$\$ BEGIN $body; END \$\$;
+CREATE TRIGGER trig_$what BEFORE UPDATE ON leaf_alloc FOR EACH ROW
+  WHEN (OLD.biz_tag = 'trig_$what') EXECUTE FUNCTION trig_$what();
+});
+	my $r = try_sql($node, 'postgres',
+		"SET leaf_id.refill_timeout = 5000; SELECT leaf_segment_next('trig_$what')");
+	is($r->{sqlstate}, '55000', "a trigger that $what the reservation: the call fails with 55000")
+	  or diag $r->{err} . $r->{out};
+	like($r->{err}, qr/could not record the reservation of tag "trig_$what"/,
+		'and says why');
+	is($r->{out}, '', "no ID of an unrecorded range (trigger $what)");
+	$node->safe_psql('postgres', "DROP TRIGGER trig_$what ON leaf_alloc");
+	my $after = try_sql($node, 'postgres', "SELECT leaf_segment_next('trig_$what')");
+	is($after->{out}, '1000', "without the trigger the tag starts at its max_id");
+}
+
+# 4. a failed prefetch is retried: an admin holds the row past the worker's
+# lock_timeout (5 s) while the prefetch runs
+$node->safe_psql('postgres',
+	"INSERT INTO leaf_alloc (biz_tag, step) VALUES ('held', 1000)");
+is($node->safe_psql('postgres', "SELECT leaf_segment_next('held')"), '1', 'held works');
+ok( wait_until(
+		20,
+		sub {
+			$node->safe_psql('postgres',
+				"SELECT next_ready FROM leaf_segment_status WHERE tag = 'held'") eq 't';
+		}),
+	'held: next segment prefetched');
+# use up the current segment into the next one, so that the next prefetch
+# is wanted, while the row is locked
+my $admin = session($node, 'postgres');
+session_query($admin, "BEGIN; SELECT max_id FROM leaf_alloc WHERE biz_tag = 'held' FOR UPDATE;");
+$node->safe_psql('postgres', "SELECT count(leaf_segment_next('held')) FROM generate_series(1, 1100)");
+ok( $node->wait_for_log(qr/refill of tag "held" failed: .*lock timeout/, 0),
+	'the prefetch failed on the held row (lock_timeout)');
+session_query($admin, 'COMMIT;');
+$admin->quit;
+ok( wait_until(
+		20,
+		sub {
+			$node->safe_psql('postgres',
+				"SELECT next_ready FROM leaf_segment_status WHERE tag = 'held'") eq 't';
+		}),
+	'after the row is released the prefetch is retried without any caller waiting');
+is($node->safe_psql('postgres', "SELECT waits FROM leaf_segment_status WHERE tag = 'held'"),
+	'0', 'no call had to wait for a refill');
+
+done_testing();
