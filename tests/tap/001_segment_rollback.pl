@@ -105,25 +105,47 @@ my $r = try_sql($node, 'postgres',
 	'INSERT INTO items (v) SELECT 10 - g FROM generate_series(1, 15) g');
 is($r->{sqlstate}, '23514', 'INSERT violating the CHECK fails (rows got IDs first)');
 
-# concurrent sessions committing rows while another keeps rolling back
-$out = $node->safe_psql(
-	'postgres', q{
-INSERT INTO items (v) SELECT g FROM generate_series(1, 30) g RETURNING id;
-BEGIN;
-INSERT INTO items (v) SELECT g FROM generate_series(1, 5) g RETURNING id;
-ROLLBACK;
-INSERT INTO items (v) SELECT g FROM generate_series(1, 5) g RETURNING id;
-});
-my @row_out = split /\n/, $out;
+# concurrent sessions: two commit rows while a third keeps rolling its
+# inserts back, all three at the same time
+my $rounds = 400;
+my @clients = (
+	(
+		map {
+			start_client($node, 'postgres', "commit$_",
+				"INSERT INTO items (v) SELECT g FROM generate_series(1, 5) g RETURNING id;\n"
+				  x $rounds)
+		} 1 .. 2
+	),
+	start_client(
+		$node, 'postgres', 'rollback',
+		"BEGIN;\nINSERT INTO items (v) SELECT g FROM generate_series(1, 5) g RETURNING id;\nROLLBACK;\n"
+		  x $rounds));
+finish_clients(120, @clients);
+is_deeply([ map { $_->{rc} } @clients ], [ 0, 0, 0 ],
+	'the three concurrent sessions ran without error')
+  or diag join("\n", map { "$_->{name}: $_->{stderr}" } @clients);
+my @conc_committed = map { client_ids($_) } @clients[ 0, 1 ];
+my @conc_rolled_back = client_ids($clients[2]);
+is(scalar @conc_committed, 2 * 5 * $rounds, 'the committing sessions got an ID for every row');
+is(scalar @conc_rolled_back, 5 * $rounds, 'the rolling-back session got an ID for every row');
+# the premise: the sessions ran at the same time. IDs of a tag come from one
+# increasing stream, so concurrent sessions get interleaved IDs: rolled-back
+# IDs lie between committed ones
+my ($rb_min, $rb_max) = (min_of(@conc_rolled_back), max_of(@conc_rolled_back));
+my $inside = grep { $_ > $rb_min && $_ < $rb_max } @conc_committed;
+cmp_ok($inside, '>', 0,
+	"the sessions overlapped: $inside committed IDs lie inside the rolled-back session's range");
+
 my @row_committed = split /\n/,
   $node->safe_psql('postgres', 'SELECT id FROM items ORDER BY id');
-is(scalar @row_committed, 35, '35 rows committed');
-my %rrb = map { $_ => 1 } @row_rolled_back;
+is_deeply(\@row_committed, [ sort { $a <=> $b } @conc_committed ],
+	'the table holds exactly the rows the committing sessions inserted');
+my %rrb = map { $_ => 1 } @row_rolled_back, @conc_rolled_back;
 is_deeply([ grep { $rrb{$_} } @row_committed ], [],
 	'no committed row reuses an ID of a rolled-back INSERT');
 cmp_ok(min_of(@row_committed), '>', max_of(@row_rolled_back),
-	'committed rows got IDs above the rolled-back ones');
-is_deeply([ duplicates(@row_rolled_back, @row_out) ], [],
+	'committed rows got IDs above those of the INSERT rolled back before');
+is_deeply([ duplicates(@row_rolled_back, @conc_rolled_back, @conc_committed) ], [],
 	'no ID returned twice by INSERT ... RETURNING');
 
 # rows committed afterwards in several sessions: still no ID reused
@@ -137,7 +159,7 @@ INSERT INTO items (v) SELECT g FROM generate_series(1, 7) g;
 }
 my @all_ids = split /\n/,
   $node->safe_psql('postgres', 'SELECT id FROM items ORDER BY id');
-is(scalar @all_ids, 35 + 21, 'all committed rows present');
+is(scalar @all_ids, 2 * 5 * $rounds + 21, 'all committed rows present');
 is_deeply([ grep { $rrb{$_} } @all_ids ], [],
 	'later committed rows never reuse rolled-back IDs');
 

@@ -6,7 +6,9 @@
 # 5, so worker id 0 looks free. A node whose clock lags a few seconds (another
 # node name, leaf_id.test_clock_offset_ms in postgresql.conf) then claims the
 # lowest free id, 0. THE RULE: it must not hand out worker-0 IDs that were
-# handed out before - its IDs must be above the earlier ones, or be refused.
+# handed out before. It inherits the mark of released:0, so its calls are
+# refused (58000, behind the mark) until its clock passes the mark; then its
+# IDs are above the earlier ones.
 #
 # leaf_id.random_sequence_start = off makes every millisecond start at
 # sequence 0, so any millisecond issued twice under worker id 0 yields a
@@ -41,10 +43,17 @@ $node->restart;
 my $r = repeat_sql($node, 'INSERT INTO ids SELECT 2, leaf_snowflake_next() RETURNING id',
 	seconds => 15);
 is($r->{last}{ret}, 0, 'phase 2: configured worker id 5 issues IDs') or diag $r->{last}{err};
+only_behind_mark_refusals($r->{errors}, 'phase 2: every refusal meanwhile is 58000 behind the mark');
 is(snowflake_status($node, 'worker_id, worker_id_source'),
 	'5|setting', 'phase 2: worker id 5 from the setting');
 my $registry = $node->safe_psql('postgres', 'SELECT worker_id, node_name, last_timestamp FROM leaf_worker ORDER BY 1');
 note "leaf_worker after the move:\n$registry";
+# README: the old row is not deleted but renamed released:<id>, with its mark
+is($node->safe_psql('postgres', 'SELECT worker_id, node_name FROM leaf_worker ORDER BY 1'),
+	"0|released:0\n5|$first_node",
+	'phase 2: the old row of worker id 0 is kept as released:0, the node owns 5');
+cmp_ok(persisted_mark($node, 0), '>=', $p1_max_ms,
+	'phase 2: released:0 keeps the mark, at or above the last millisecond of phase 1');
 
 # --- phase 3: a lagging node claims the lowest free id ----------------------
 # Its clock is set back so that it lands inside the milliseconds of phase 1.
@@ -57,23 +66,28 @@ $node->append_conf('postgresql.conf',
 $node->restart;
 
 $r = repeat_sql($node, 'INSERT INTO ids SELECT 3, leaf_snowflake_next() FROM generate_series(1, 20000)',
-	seconds => 8, successes => 25);
+	seconds => 20, successes => 25);
 my ($issued, @errors) = ($r->{ok}, @{ $r->{errors} });
-my $claimed = snowflake_status($node, 'worker_id');
-note "lagging node: worker id $claimed, $issued batches issued, " . scalar(@errors) . ' refused';
+note "lagging node: $issued batches issued, " . scalar(@errors) . ' refused';
 note 'first refusal: ' . $errors[0][1] if @errors;
+# the premise: the lagging node took over worker id 0 and inherited its mark
+is(snowflake_status($node, 'worker_id, worker_id_source'),
+	'0|leaf_worker', 'phase 3: the lagging node claimed worker id 0 (the released one)');
+is($node->safe_psql('postgres', 'SELECT node_name FROM leaf_worker WHERE worker_id = 0'),
+	'lagging-node', 'phase 3: the row of worker id 0 now names the lagging node');
+is( snowflake_status(
+		$node, qq{(extract(epoch FROM restart_floor) * 1000)::bigint >= $p1_max_ms}),
+	't',
+	'phase 3: its restart floor (the inherited mark) is at or above the last millisecond of phase 1');
+
+only_behind_mark_refusals(\@errors,
+	'phase 3: every refusal is 58000, the clock behind the inherited mark');
+cmp_ok($issued, '>', 0, 'phase 3: the lagging node issues IDs once its clock passes the mark');
 
 is(shared_ids($node, 1, 3), '0', 'no ID of phase 1 was handed out again by the node that took over worker id 0');
-if ($claimed eq '0' && $issued > 0)
-{
-	is(phase_above($node, 3, 1),
-		't',
-		'worker id 0 again: its new IDs are all above the IDs it issued before');
-}
-else
-{
-	pass("the lagging node did not issue worker-0 IDs (worker id $claimed, $issued batches)");
-}
+is(phase_above($node, 3, 1),
+	't',
+	'worker id 0 again: its new IDs are all above the IDs it issued before');
 
 $node->stop;
 done_testing();

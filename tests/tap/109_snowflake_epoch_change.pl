@@ -4,7 +4,8 @@
 # it bounds the clock, not the ID values. Moving the epoch later by D ms makes
 # the IDs of "now" equal to the IDs issued D ms ago under the same worker id.
 # THE RULE: no ID is handed out twice per worker id - after such a change the
-# new IDs must still be above the earlier ones, or the calls must be refused.
+# calls are refused (58000, behind the mark, which moved with the epoch) until
+# the clock passes the moved mark; then the new IDs are above the earlier ones.
 #
 # leaf_id.random_sequence_start = off: every millisecond starts at sequence 0,
 # so a millisecond value issued twice yields a literal duplicate.
@@ -26,7 +27,7 @@ SQL
 
 # phase 1: IDs over about 2 s
 draw_spread($node, 1, 30, 2000, 0.05);
-my ($p1_min_ms) = phase_ms_range($node, 1);
+my ($p1_min_ms, $p1_max_ms) = phase_ms_range($node, 1);
 
 # Restart with the epoch moved later, so that the first IDs after the restart
 # (issued once the clock passes the persisted mark M) encode like phase 1:
@@ -39,23 +40,28 @@ $node->append_conf('postgresql.conf', "leaf_id.epoch_ms = '$new_epoch'\n");
 $node->restart;
 
 my $r = repeat_sql($node, 'INSERT INTO ids SELECT 2, leaf_snowflake_next() FROM generate_series(1, 20000)',
-	seconds => 8, successes => 25);
+	seconds => 20, successes => 25);
 my ($issued, @errors) = ($r->{ok}, @{ $r->{errors} });
 note "after the epoch change: $issued batches issued, " . scalar(@errors) . ' refused';
 note 'first refusal: ' . $errors[0][1] if @errors;
+only_behind_mark_refusals(\@errors,
+	'after the epoch change: every refusal is 58000, the clock behind the moved mark');
+cmp_ok($issued, '>', 0, 'after the epoch change: IDs are issued once the clock passes the moved mark');
+is(snowflake_status($node, 'worker_id, worker_id_source'),
+	'3|setting', 'after the epoch change: still worker id 3 from the setting');
+# (Unix ms) the last millisecond of phase 1, shifted by the epoch change,
+# encodes like phase 1's last IDs: the restart floor must be at least that
+my $moved = $p1_max_ms + $shift;
+is( snowflake_status(
+		$node, qq{(extract(epoch FROM restart_floor) * 1000)::bigint >= $moved}),
+	't',
+	'after the epoch change: the restart floor moved with the epoch');
 
 is(shared_ids($node, 1, 2),
 	'0', 'no ID of before the epoch change was handed out again');
-if ($issued > 0)
-{
-	is(phase_above($node, 2, 1),
-		't',
-		'IDs after the epoch change are above the IDs before it');
-}
-else
-{
-	pass('the calls were refused after the epoch change');
-}
+is(phase_above($node, 2, 1),
+	't',
+	'IDs after the epoch change are above the IDs before it');
 
 $node->stop;
 done_testing();

@@ -17,6 +17,7 @@ use Time::HiRes qw(usleep time);
 
 our @EXPORT = qw(
   leaf_node try_sql sqlstate_of draw_ids duplicates max_of min_of
+  wait_for_number
   start_client finish_clients client_ids backend_pid wait_until
   wait_for_server read_ids_file start_load issued_count
   no_duplicates_over_all_rounds
@@ -57,6 +58,22 @@ sub try_sql
 		timeout => $opt{timeout} // 60);
 	my ($state) = $err =~ /ERROR:\s+([0-9A-Z]{5}):/;
 	return { ret => $ret, out => $out, err => $err, sqlstate => $state };
+}
+
+# Run $sql in $db (try_sql) until it succeeds (psql exit status 0) and prints
+# one integer, or $seconds have passed (0: one try). Returns the try_sql
+# result of the last try, with {ok} set when it succeeded so.
+sub wait_for_number
+{
+	my ($node, $db, $sql, $seconds) = @_;
+	my $r;
+	wait_until(
+		$seconds,
+		sub {
+			$r = try_sql($node, $db, $sql);
+			return $r->{ok} = ($r->{ret} == 0 && $r->{out} =~ /^-?\d+$/);
+		});
+	return $r;
 }
 
 sub sqlstate_of

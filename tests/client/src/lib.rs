@@ -99,6 +99,12 @@ pub fn pg_err(e: &postgres::Error) -> String {
     }
 }
 
+/// The SQLSTATE of a server error (`None` for a client-side error, such as a
+/// lost connection).
+pub fn sqlstate(e: &postgres::Error) -> Option<&str> {
+    e.as_db_error().map(|db| db.code().code())
+}
+
 /// `CREATE EXTENSION IF NOT EXISTS leaf_id`, serialized between concurrent
 /// tests by an advisory lock (two concurrent CREATE EXTENSION IF NOT EXISTS
 /// can otherwise both try to create it).

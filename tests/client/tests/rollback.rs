@@ -293,9 +293,10 @@ fn query_ids_tx(tx: &mut postgres::Transaction<'_>, sql: &str) -> Vec<i64> {
 }
 
 /// A tag whose leaf_alloc row exists only in a transaction that rolls back:
-/// the background worker cannot see it, so a draw in that transaction
-/// either fails or (if it succeeds) its IDs must never come back once the
-/// tag is created for real.
+/// the background worker cannot see it, so a draw in that transaction fails
+/// with 42704 (undefined_object) and hands out nothing. Once the tag is
+/// committed for real it works, and starts at its committed `max_id`: nothing
+/// was reserved for the row that rolled back.
 #[test]
 fn segment_uncommitted_tag_rolled_back() {
     let test = "segment_uncommitted_tag_rolled_back";
@@ -305,8 +306,6 @@ fn segment_uncommitted_tag_rolled_back() {
     let name = unique_name("uncommitted");
 
     let mut c = connect(test);
-    let mut early: Vec<i64> = Vec::new();
-    let first_outcome;
     {
         let mut tx = c.transaction().unwrap();
         tx.batch_execute("SET LOCAL leaf_id.refill_timeout = '2s'")
@@ -316,29 +315,30 @@ fn segment_uncommitted_tag_rolled_back() {
             &[&name],
         )
         .unwrap();
-        first_outcome = match tx.query(
+        match tx.query(
             "SELECT leaf_segment_next($1) FROM generate_series(1, 100)",
             &[&name],
         ) {
-            Ok(rows) => {
-                early = ids_of(&rows);
-                format!(
-                    "returned {} IDs ({}..{})",
-                    early.len(),
-                    early[0],
-                    early[early.len() - 1]
-                )
-            }
-            Err(e) => format!("failed: {}", pg_err(&e)),
-        };
-        let _ = tx.rollback();
+            Ok(rows) => panic!(
+                "a draw from tag {name}, whose row is not committed, returned {} IDs \
+                 (the worker cannot see the row: it must fail with 42704)",
+                rows.len()
+            ),
+            Err(e) => assert_eq!(
+                sqlstate(&e),
+                Some("42704"),
+                "a draw from the uncommitted tag {name} must fail with 42704, got: {}",
+                pg_err(&e)
+            ),
+        }
+        tx.rollback().expect("rollback");
     }
 
     // now create the tag for real, and draw
     let tag = Tag { name: name.clone() };
     admin
         .execute(
-            "INSERT INTO leaf_alloc (biz_tag, step, description) VALUES ($1, 1000, 'committed')",
+            "INSERT INTO leaf_alloc (biz_tag, max_id, step, description) VALUES ($1, 500, 1000, 'committed')",
             &[&name],
         )
         .unwrap();
@@ -363,24 +363,25 @@ fn segment_uncommitted_tag_rolled_back() {
     report(
         test,
         &format!(
-            "draw in the rolling-back transaction {first_outcome}; after commit: {} IDs ({}..{}), {} failed tries first{}",
+            "after commit: {} IDs ({}..{}), {} failed tries first{}",
             later.len(),
             later[0],
             later[later.len() - 1],
             errors.len(),
-            errors.first().map(|e| format!(" (first: {e})")).unwrap_or_default()
+            errors
+                .first()
+                .map(|e| format!(" (first: {e})"))
+                .unwrap_or_default()
         ),
     );
-    let early_set: HashSet<i64> = early.iter().copied().collect();
-    let reissued: Vec<i64> = later
-        .iter()
-        .copied()
-        .filter(|id| early_set.contains(id))
-        .take(10)
-        .collect();
-    assert!(
-        reissued.is_empty(),
-        "IDs drawn while the tag's row was uncommitted (then rolled back) were handed out again: {reissued:?}"
+    assert_eq!(
+        later[0], 500,
+        "the first ID of the committed tag is its committed max_id (nothing was reserved for the rolled-back row)"
+    );
+    assert_eq!(
+        first_non_increase(&later),
+        None,
+        "one session's IDs of the committed tag strictly increase"
     );
     drop(tag);
 }
