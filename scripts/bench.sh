@@ -27,14 +27,14 @@ BENCH_COMMAND=$(env | grep -E '^BENCH_(QUICK|N|SECONDS|REPS|INSERT_ROWS|CLIENTS|
 export BENCH_COMMAND="${BENCH_COMMAND}bash scripts/bench.sh"
 export BENCH_PORT=${BENCH_PORT:-28870}
 
-bash scripts/setup.sh
+# the chart needs matplotlib: Debian's package, since Debian's Python refuses
+# pip installs into the system (PEP 668); so the scripts run with Debian's
+# python3, whatever else PATH offers
+bash scripts/setup.sh python3-matplotlib
+PYTHON=/usr/bin/python3
 export PATH="$HOME/.cargo/bin:$PATH"
 echo "== install (release)"
 bash scripts/install.sh
-if ! python3 -c 'import matplotlib' 2>/dev/null; then
-  echo "== installing matplotlib (for the chart)"
-  python3 -m pip install --quiet --disable-pip-version-check matplotlib
-fi
 
 . scripts/cluster.sh
 DATA=$ROOT/target/bench-cluster
@@ -59,15 +59,15 @@ mkdir -p "$WORK"
 echo "== starting the benchmark cluster on port $BENCH_PORT"
 cluster_start "$DATA"
 trap 'cluster_stop "$DATA" fast' EXIT
-python3 scripts/bench_run.py "$WORK/results.json"
+"$PYTHON" scripts/bench_run.py "$WORK/results.json"
 cluster_stop "$DATA" fast
 trap - EXIT
 
 export BENCH_TOTAL_SECONDS=$(( $(date +%s) - START ))
 mkdir -p docs
-python3 scripts/bench_report.py "$WORK/results.json" docs/BENCHMARKS.md docs/bench-scaling.svg
+"$PYTHON" scripts/bench_report.py "$WORK/results.json" docs/BENCHMARKS.md docs/bench-scaling.svg
 echo "== benchmarks done in ${BENCH_TOTAL_SECONDS} s: docs/BENCHMARKS.md, docs/bench-scaling.svg"
-errors=$(python3 -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["errors"]))' "$WORK/results.json")
+errors=$("$PYTHON" -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["errors"]))' "$WORK/results.json")
 if [ "$errors" != "0" ]; then
   echo "bench: $errors measurement(s) failed; see \"Errors during the run\" in docs/BENCHMARKS.md" >&2
   exit 1

@@ -4,8 +4,10 @@ raw results as JSON (scripts/bench_report.py turns them into docs/).
 
 Started by scripts/bench.sh, which owns the cluster. Every figure is measured
 BENCH_REPS times; within each repetition the competitors run one after the
-other (rep 1: A B C ..., rep 2: A B C ...), so machine noise hits all alike.
-Medians are taken by the report.
+other, and the order rotates from one repetition to the next (rep 1: A B C,
+rep 2: B C A, rep 3: C A B, ...), so that neither machine noise nor the
+position in the sequence (a cache warmed by the one before, a checkpoint or
+a thermal state) favours one competitor. Medians are taken by the report.
 
 Usage: bench_run.py OUT.json   (settings from BENCH_* environment variables)
 """
@@ -92,6 +94,12 @@ INSERTS = [
 ]
 
 ERRORS = []
+
+
+def rotated(items, rep):
+    """The competitors in the order of repetition rep (0-based): rotated by rep."""
+    k = rep % len(items)
+    return items[k:] + items[:k]
 
 
 def log(msg):
@@ -226,7 +234,7 @@ def bench_bulk():
     n = P["n"]
     res = {k: [] for k, _, _ in GENERATORS}
     for rep in range(P["reps"]):
-        for key, _, expr in GENERATORS:
+        for key, _, expr in rotated(GENERATORS, rep):
             q = f"SELECT count({expr}) FROM generate_series(1, {n}) g"
             sql = (f"SELECT 'warm', count({expr}) FROM generate_series(1, 1000) g;\n"
                    f"SELECT 'pre', {counters_sql()};\n"
@@ -298,7 +306,7 @@ def bench_scaling():
     res = {k: {str(c): [] for c in P["clients"]} for k, _, _ in GENERATORS}
     for rep in range(P["reps"]):
         for c in P["clients"]:
-            for key, _, expr in GENERATORS:
+            for key, _, expr in rotated(GENERATORS, rep):
                 try:
                     pre = counters()
                     r = pgbench(f"scale_{key}", f"SELECT count({expr}) FROM generate_series(1, {b}) g", c)
@@ -353,7 +361,7 @@ def bench_roundtrip():
     c = P["rt_clients"]
     res = {k: [] for k, _ in ROUNDTRIP}
     for rep in range(P["reps"]):
-        for key, stmt in ROUNDTRIP:
+        for key, stmt in rotated(ROUNDTRIP, rep):
             prefix = os.path.join(P["work"], f"rt_{key}_{rep + 1}")
             for fn in glob.glob(prefix + ".*"):
                 os.remove(fn)
@@ -386,7 +394,7 @@ def bench_insert():
     n = P["insert_rows"]
     res = {k: [] for k, _, _ in INSERTS}
     for rep in range(P["reps"]):
-        for key, coldef, ins in INSERTS:
+        for key, coldef, ins in rotated(INSERTS, rep):
             ins = ins.replace("NROWS", str(n))
             warm = {"segment": "leaf_segment_next('t')", "snowflake": "leaf_snowflake_next()",
                     "nextval_c1": "nextval('s1')", "nextval_c1000": "nextval('s1000')",
@@ -420,12 +428,47 @@ def bench_insert():
 
 # ---------------------------------------------------------------- 5. refill pressure
 
-def set_max_step(value):
+PROBES = [0]
+
+
+def set_max_step(value, step):
+    """Set leaf_id.max_step (None: reset), reload, and wait until the
+    database's background worker applies it: a fresh probe tag of table step
+    `step` gets its second refill of `step` IDs when max_step is `step` (its
+    segment cannot double), of 2 * step when the default max_step is back.
+    A probe refilled before the worker reloaded is replaced by a new one
+    (half a second later); after 60 s the run fails."""
     if value is None:
         psql("ALTER SYSTEM RESET leaf_id.max_step; SELECT pg_reload_conf();")
+        want = 2 * step
     else:
         psql(f"ALTER SYSTEM SET leaf_id.max_step = {int(value)}; SELECT pg_reload_conf();")
-    time.sleep(0.5)  # the background worker rereads its configuration on the SIGHUP
+        want = int(value)
+    deadline = time.time() + 60
+    first = PROBES[0] + 1
+    while True:
+        PROBES[0] += 1
+        tag = f"probe_{PROBES[0]}"
+        psql(f"INSERT INTO leaf_alloc (biz_tag, step, description) VALUES ('{tag}', {step}, 'benchmark: reload probe');"
+             # the first refill, then past 10% of it: the worker prefetches the second
+             f"SELECT count(leaf_segment_next('{tag}')) FROM generate_series(1, {step // 2 + 1});")
+        while True:
+            refills, got = map(int, tagged(psql(f"SELECT 'p', refills, dynamic_step FROM leaf_segment_status "
+                                                f"WHERE tag = '{tag}';"), "p"))
+            if refills >= 2 or time.time() > deadline:
+                break
+            time.sleep(0.01)
+        psql(f"DELETE FROM leaf_alloc WHERE biz_tag = '{tag}';")
+        if refills >= 2 and got == want:
+            if first != PROBES[0]:
+                log(f"the worker applied leaf_id.max_step = {value} at probe {PROBES[0] - first + 1}")
+            return
+        if time.time() > deadline:
+            raise BenchError(f"the worker did not apply leaf_id.max_step = {value} within 60 s "
+                             f"(probe {tag}: {refills} refills, step {got}, expected {want})")
+        # a deleted probe keeps its tag slot until the worker's resync: at most
+        # two probes a second
+        time.sleep(0.5)
 
 
 def bench_refill():
@@ -433,14 +476,14 @@ def bench_refill():
     cases = [(mode, step) for mode in ("dynamic", "pinned") for step in P["refill_steps"]]
     res = {"tags": {f"{m}_{s}": [] for m, s in cases}, "refs": {k: [] for k, _, _ in GENERATORS}}
     for rep in range(P["reps"]):
-        for mode, step in cases:
+        for mode, step in rotated(cases, rep):
             tag = f"r{step}_{mode}_{rep + 1}"
             try:
                 psql(f"INSERT INTO leaf_alloc (biz_tag, step, description) "
                      f"VALUES ('{tag}', {step}, 'benchmark: refill pressure');")
-                if mode == "pinned":
-                    set_max_step(step)
                 try:
+                    if mode == "pinned":
+                        set_max_step(step, step)
                     psql(f"SELECT leaf_segment_next('{tag}');")  # first load, not measured
                     pre = counters(tag)
                     r = pgbench(f"refill_{mode}_{step}",
@@ -448,7 +491,7 @@ def bench_refill():
                     r.update(delta(pre, counters(tag)))
                 finally:
                     if mode == "pinned":
-                        set_max_step(None)
+                        set_max_step(None, step)
                 r["ids_per_s"] = r["tps"] * b
                 r["calls"] = (r["transactions"] or 0) * b
                 r["tag"] = tag
@@ -457,7 +500,7 @@ def bench_refill():
                     f"waits {r['seg_waits']}  refills {r['seg_refills']}  step now {r['seg_step_after']}")
             except (BenchError, subprocess.TimeoutExpired) as e:
                 note_error(f"refill {mode} step {step} rep {rep + 1}", str(e))
-        for key, _, expr in GENERATORS:
+        for key, _, expr in rotated(GENERATORS, rep):
             try:
                 pre = counters()
                 r = pgbench(f"refill_ref_{key}", f"SELECT count({expr}) FROM generate_series(1, {b}) g", c)

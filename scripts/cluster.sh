@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Helpers to run a throwaway PostgreSQL 15 cluster as the postgres OS user.
-# Source this file; then: cluster_init DIR PORT [extra conf lines], cluster_start, cluster_stop.
+# Source this file; then: cluster_init DIR PORT, cluster_start DIR, cluster_stop DIR [MODE].
+# Every cluster is made with the C locale, UTF8 encoding and lc_messages = 'C',
+# so that server messages (and the expected output that shows them) do not
+# depend on the machine's locale.
 PGBIN=/usr/lib/postgresql/15/bin
 
 as_pg() { runuser -u postgres -- "$@"; }
@@ -11,7 +14,7 @@ cluster_init() {
   rm -rf "$dir"
   mkdir -p "$(dirname "$dir")"
   install -d -o postgres -g postgres "$dir"
-  as_pg "$PGBIN/initdb" -D "$dir" -A trust -U postgres --no-sync >/dev/null
+  as_pg "$PGBIN/initdb" -D "$dir" -A trust -U postgres --no-sync --no-locale --encoding=UTF8 >/dev/null
   cat >> "$dir/postgresql.conf" <<CONF
 port = $port
 listen_addresses = '127.0.0.1'
@@ -21,11 +24,27 @@ max_connections = 100
 max_worker_processes = 16
 fsync = on
 log_min_messages = warning
+lc_messages = 'C'
 CONF
 }
 
 cluster_start() { as_pg "$PGBIN/pg_ctl" -D "$1" -l "$1/server.log" -w -t 60 start >/dev/null; }
-cluster_stop() { as_pg "$PGBIN/pg_ctl" -D "$1" -m "${2:-fast}" -w stop >/dev/null 2>&1 || true; }
+# cluster_stop DIR [MODE]: stop the cluster in DIR (mode fast by default). A
+# cluster that is not running, or does not exist, is fine; a stop that fails
+# on a running cluster is an error.
+cluster_stop() {
+  local dir=$1 mode=${2:-fast} rc=0
+  as_pg "$PGBIN/pg_ctl" -D "$dir" status >/dev/null 2>&1 || rc=$?
+  case $rc in
+    0) ;;         # running
+    3 | 4) return 0 ;; # not running; no data directory
+    *) echo "cluster_stop: pg_ctl status of $dir failed (exit $rc)" >&2; return 1 ;;
+  esac
+  if ! as_pg "$PGBIN/pg_ctl" -D "$dir" -m "$mode" -w -t 60 stop >/dev/null; then
+    echo "cluster_stop: could not stop the cluster in $dir (mode $mode)" >&2
+    return 1
+  fi
+}
 
 # The servers run as postgres and read the repository (test files) and write
 # under target/: make sure postgres can reach DIR, by giving "others" search

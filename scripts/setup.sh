@@ -2,12 +2,33 @@
 # Installs what leaf_id needs on a Debian bookworm machine, as root, idempotently:
 # PostgreSQL 15 and its server headers, clang (for pgrx), Perl's IPC::Run (TAP
 # tests), sudo (cargo pgrx test --runas), cargo-pgrx 0.18.1, and registers the
-# system PostgreSQL with pgrx.
+# system PostgreSQL with pgrx. Arguments: more Debian packages to install
+# (e.g. python3-matplotlib for scripts/bench.sh).
+#
+# Prerequisite it does not install: Rust with cargo, version 1.85 or newer
+# (leaf_id uses edition 2024), e.g. from https://rustup.rs. Debian bookworm's
+# own rustc/cargo packages are too old.
 set -euo pipefail
 
 PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+MIN_CARGO=1.85
+
+export PATH="$HOME/.cargo/bin:$PATH"
+rust_missing() {
+  echo "setup: $1" >&2
+  echo "setup: leaf_id needs Rust with cargo $MIN_CARGO or newer (edition 2024); install it from" \
+    "https://rustup.rs (Debian bookworm's own rustc and cargo packages are too old), then run this again." >&2
+  exit 1
+}
+command -v cargo >/dev/null 2>&1 || rust_missing "cargo not found (PATH is $PATH)."
+cargo_version=$(cargo --version 2>/dev/null | awk '{print $2}')
+[ -n "$cargo_version" ] || rust_missing "\`cargo --version\` failed."
+if [ "$(printf '%s\n' "$MIN_CARGO" "${cargo_version%%-*}" | sort -V | head -n 1)" != "$MIN_CARGO" ]; then
+  rust_missing "found cargo $cargo_version at $(command -v cargo), older than $MIN_CARGO."
+fi
+
 need_pkgs=()
-for p in postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang libipc-run-perl sudo pkg-config make; do
+for p in postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang libipc-run-perl sudo pkg-config make "$@"; do
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -17,11 +38,13 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
 fi
 
-export PATH="$HOME/.cargo/bin:$PATH"
 if ! cargo pgrx --version 2>/dev/null | grep -q '0\.18\.1'; then
   echo "setup: installing cargo-pgrx 0.18.1 (a few minutes)"
   cargo install cargo-pgrx --version 0.18.1 --locked
 fi
-if ! grep -qs "pg15" "${PGRX_HOME:-$HOME/.pgrx}/config.toml"; then
+# pgrx must know PostgreSQL 15 as the system one, not another pg15 it may
+# have been pointed at before
+if ! grep -Eqs "^[[:space:]]*pg15[[:space:]]*=[[:space:]]*\"$PG_CONFIG\"[[:space:]]*\$" \
+  "${PGRX_HOME:-$HOME/.pgrx}/config.toml"; then
   cargo pgrx init --pg15 "$PG_CONFIG"
 fi

@@ -24,9 +24,20 @@ SELECT leaf_segment_next('order');
 ROLLBACK;
 SELECT leaf_segment_next('order');
 
--- crossing segments: 1000 IDs over steps of 100 or more, no gaps within one session here
-SELECT count(*) AS ids, count(DISTINCT id) AS distinct_ids, max(id) - min(id) + 1 >= 1000 AS span_ok
-FROM (SELECT leaf_segment_next('order') AS id FROM generate_series(1, 1000)) s;
+-- crossing segments (steps of 100 or more, so refills happen meanwhile): 1000 IDs, all distinct,
+-- none of the ten above (1..10), all inside what leaf_alloc reserved for the tag, [1, max_id),
+-- and so are the segments still cached (a range is published only after its reservation
+-- committed, so max_id read after the status is at least their end).
+-- Not claimed: that they are consecutive or increasing (gaps are allowed, and a call that stalls
+-- across a segment switch may take an ID of the newer range before an older one is used up).
+SELECT refills AS refills_before FROM leaf_segment_status WHERE tag = 'order' \gset
+CREATE TEMP TABLE crossing AS SELECT leaf_segment_next('order') AS id FROM generate_series(1, 1000);
+SELECT refills > :refills_before AS refilled, greatest(buffer0_end, buffer1_end) AS cached_end
+FROM leaf_segment_status WHERE tag = 'order' \gset
+SELECT :'refilled' AS refilled, count(*) AS ids, count(DISTINCT id) AS distinct_ids,
+       min(id) > 10 AS none_of_the_ten, max(id) < a.max_id AS ids_reserved,
+       :cached_end <= a.max_id AS cached_reserved
+FROM crossing, leaf_alloc a WHERE a.biz_tag = 'order' GROUP BY a.max_id;
 
 -- max_id is above every ID handed out
 SELECT max_id > (SELECT leaf_segment_next('order')) AS reserved_above FROM leaf_alloc WHERE biz_tag = 'order';

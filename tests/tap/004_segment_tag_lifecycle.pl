@@ -17,9 +17,11 @@ use SegmentTap;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
+# The server starts with the resync switched off (1 hour) for the first
+# parts; it is set to 1 second by a reload further down.
 my $node = leaf_node(
 	'lifecycle', q{
-leaf_id.tag_resync_interval = 1
+leaf_id.tag_resync_interval = 3600
 leaf_id.max_tags = 4
 });
 
@@ -41,13 +43,8 @@ is_deeply([ draw_ids($node, 'postgres', 'fresh', 3) ],
 
 # ---------------------------------------------------------------------------
 # deleted tag, without resync: fails as soon as its cached segments are used up
-$node->safe_psql('postgres',
-	'ALTER SYSTEM SET leaf_id.tag_resync_interval = 3600; SELECT pg_reload_conf()'
-);
-ok( wait_until(10,
-		sub { $node->safe_psql('postgres', 'SHOW leaf_id.tag_resync_interval') eq '1h' }),
-	'resync switched off (1 hour) for this part');
-sleep 1;    # let the worker reload too
+is($node->safe_psql('postgres', 'SHOW leaf_id.tag_resync_interval'),
+	'1h', 'resync switched off (1 hour) for this part');
 
 $node->safe_psql('postgres',
 	"INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('small', 100, 2)");
@@ -87,11 +84,24 @@ ok(!grep({ $_ eq 'small' } status_tags($node, 'postgres')),
 	'deleted tag no longer listed in leaf_segment_status');
 
 $node->safe_psql('postgres',
-	'ALTER SYSTEM RESET leaf_id.tag_resync_interval; SELECT pg_reload_conf()');
-ok( wait_until(10,
+	'ALTER SYSTEM SET leaf_id.tag_resync_interval = 1; SELECT pg_reload_conf()');
+ok( wait_until(60,
 		sub { $node->safe_psql('postgres', 'SHOW leaf_id.tag_resync_interval') eq '1s' }),
-	'resync back to 1 second');
-sleep 1;
+	'resync every second from now on');
+# The worker has reloaded too once it notices, by a resync, a tag deleted
+# with plenty of IDs cached (no refill can notice it). Until it reloads it
+# does not resync for an hour.
+$node->safe_psql('postgres',
+	"INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('probe', 1, 100000)");
+draw_ids($node, 'postgres', 'probe', 1);
+$node->safe_psql('postgres', "DELETE FROM leaf_alloc WHERE biz_tag = 'probe'");
+ok( wait_until(
+		60,
+		sub {
+			(sqlstate_of($node, 'postgres', "SELECT leaf_segment_next('probe')")
+				  // '') eq '42704';
+		}),
+	'the worker reloaded: a resync noticed a deleted tag with IDs cached');
 
 # ---------------------------------------------------------------------------
 # deleted tag with plenty of IDs cached: fails after the resync interval
