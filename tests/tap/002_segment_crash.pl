@@ -47,45 +47,11 @@ sub max_id
 sub crash_round
 {
 	my ($round, $what, $target) = @_;
-	my $n0 = issued_count($node);
-	my @clients = start_load($node, "r$round", 'load');
 	# crash at a different point of the load each round
-	my $rows = 300 + int(rand(3000));
-	ok( wait_until(60, sub { issued_count($node) >= $n0 + $rows }),
-		"round $round: load is running ($rows rows committed)");
-	# every client must have received IDs before the crash
-	ok( wait_until(30, sub { !grep { !-s $_->{out} } @clients }),
-		"round $round: every client has drawn IDs");
-
-	my $pid = $target->();
-	like($pid, qr/^\d+$/, "round $round: found the $what (pid $pid)");
-	my $log_offset = -s $node->logfile;
-	ok(kill('KILL', $pid), "round $round: kill -9 $what");
-
-	finish_clients(60, @clients);
-	for my $c (@clients)
-	{
-		ok(!$c->{killed} && $c->{rc} != 0,
-			"round $round: client $c->{name} was cut off by the crash (exit $c->{rc})"
-		);
-	}
-	ok(wait_for_server($node), "round $round: server is back");
-	ok( $node->log_contains(qr/\(PID $pid\) was terminated by signal 9/,
-			$log_offset),
-		"round $round: postmaster saw the kill");
-	ok( $node->log_contains(
-			qr/all server processes terminated; reinitializing/, $log_offset),
-		"round $round: postmaster reinitialized (crash recovery)");
-
-	my @received = map { client_ids($_) } @clients;
+	my @received = kill9_under_load($node, $round, $what, $target,
+		300 + int(rand(3000)), 'load');
 	cmp_ok(scalar(@received), '>', 300,
 		"round $round: clients received IDs before the crash");
-	is_deeply([ duplicates(@received) ], [],
-		"round $round: no ID was received twice before the crash");
-	is( $node->safe_psql('postgres',
-			"SELECT count(*) FROM issued WHERE client = 'r${round}_opentx'"),
-		'0',
-		"round $round: rows of the never-committed transaction are gone");
 
 	is_deeply([ grep { $before{$_} } @received ], [],
 		"round $round: no ID of an earlier round was handed out again");
@@ -110,11 +76,7 @@ sub crash_round
 	return;
 }
 
-my $worker_pid = sub {
-	$node->safe_psql('postgres',
-		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'leaf_id worker' AND datname = 'postgres'"
-	);
-};
+my $worker_pid = sub { worker_pid($node, 'postgres') };
 my @targets = (
 	[ 'client backend (autocommit INSERT)', sub { backend_pid($node, 'postgres', "r$_[0]_ins1") } ],
 	[ 'leaf_id worker', $worker_pid ],

@@ -18,9 +18,9 @@ use Time::HiRes qw(usleep time);
 our @EXPORT = qw(
   leaf_node try_sql sqlstate_of draw_ids duplicates max_of min_of
   wait_for_number
-  start_client finish_clients client_ids backend_pid wait_until
+  start_client finish_clients client_ids backend_pid worker_pid wait_until
   wait_for_server read_ids_file start_load issued_count
-  no_duplicates_over_all_rounds
+  kill9_under_load no_duplicates_over_all_rounds
   session session_query status_tags
 );
 
@@ -198,6 +198,15 @@ sub backend_pid
 	);
 }
 
+# Pid of the leaf_id worker of database $db (empty if none runs).
+sub worker_pid
+{
+	my ($node, $db) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'leaf_id worker' AND datname = '$db'"
+	);
+}
+
 # Poll $cond (a code ref) every 100ms until true or $seconds pass.
 sub wait_until
 {
@@ -224,27 +233,32 @@ sub wait_for_server
 # run out of statements): two insert them into table "issued" in autocommit
 # (rows committed before a crash survive), one only selects them, one inserts
 # them in a transaction that never commits. Every client prints every ID it
-# receives. Returns the clients (see start_client).
+# receives. Options: call (the SQL that draws an ID, instead of
+# leaf_segment_next('$tag')), setup (SQL each client runs first). Returns the
+# clients (see start_client).
 sub start_load
 {
-	my ($node, $prefix, $tag, $statements) = @_;
+	my ($node, $prefix, $tag, $statements, %opt) = @_;
 	$statements //= 40_000;
+	my $call = $opt{call} // "leaf_segment_next('$tag')";
+	my $setup = $opt{setup} // '';
 	my @clients;
 	for my $i (1 .. 2)
 	{
 		push @clients,
 		  start_client($node, 'postgres', "${prefix}_ins$i",
-			"INSERT INTO issued (id, client) SELECT leaf_segment_next('$tag'), '${prefix}_ins$i' FROM generate_series(1, 5) RETURNING id;\n"
+			$setup
+			  . "INSERT INTO issued (id, client) SELECT $call, '${prefix}_ins$i' FROM generate_series(1, 5) RETURNING id;\n"
 			  x $statements);
 	}
 	push @clients,
 	  start_client($node, 'postgres', "${prefix}_sel",
-		"SELECT leaf_segment_next('$tag') FROM generate_series(1, 10);\n"
-		  x $statements);
+		$setup . "SELECT $call FROM generate_series(1, 10);\n" x $statements);
 	push @clients,
 	  start_client($node, 'postgres', "${prefix}_opentx",
-		"BEGIN;\n"
-		  . "INSERT INTO issued (id, client) SELECT leaf_segment_next('$tag'), '${prefix}_opentx' RETURNING id;\n"
+		$setup
+		  . "BEGIN;\n"
+		  . "INSERT INTO issued (id, client) SELECT $call, '${prefix}_opentx' RETURNING id;\n"
 		  x $statements);
 	return @clients;
 }
@@ -284,6 +298,54 @@ sub status_tags
 	my ($node, $db) = @_;
 	return split /\n/,
 	  $node->safe_psql($db, 'SELECT tag FROM leaf_segment_status ORDER BY tag');
+}
+
+# One crash round: start the load (start_load with prefix "r$round" and
+# @load, its arguments after the prefix), wait until $rows more rows are
+# committed in "issued" and every client has drawn IDs, kill -9 the process
+# $target->() names ($what), and wait until the postmaster has reinitialized
+# shared memory and the server is back. Tests each step, that no ID reached
+# two clients and that the never-committed rows are gone. Returns the IDs
+# the clients received before the crash.
+sub kill9_under_load
+{
+	my ($node, $round, $what, $target, $rows, @load) = @_;
+	my $n0 = issued_count($node);
+	my @clients = start_load($node, "r$round", @load);
+	ok( wait_until(60, sub { issued_count($node) >= $n0 + $rows }),
+		"round $round: load is running ($rows rows committed)");
+	# every client must have received IDs before the crash
+	ok( wait_until(30, sub { !grep { !-s $_->{out} } @clients }),
+		"round $round: every client has drawn IDs");
+
+	my $pid = $target->();
+	like($pid, qr/^\d+$/, "round $round: found the $what (pid $pid)");
+	my $log_offset = -s $node->logfile;
+	ok(kill('KILL', $pid), "round $round: kill -9 $what");
+
+	finish_clients(60, @clients);
+	for my $c (@clients)
+	{
+		ok(!$c->{killed} && $c->{rc} != 0,
+			"round $round: client $c->{name} was cut off by the crash (exit $c->{rc})"
+		);
+	}
+	ok(wait_for_server($node), "round $round: server is back");
+	ok( $node->log_contains(qr/\(PID $pid\) was terminated by signal 9/,
+			$log_offset),
+		"round $round: postmaster saw the kill");
+	ok( $node->log_contains(
+			qr/all server processes terminated; reinitializing/, $log_offset),
+		"round $round: postmaster reinitialized (crash recovery)");
+
+	my @received = map { client_ids($_) } @clients;
+	is_deeply([ duplicates(@received) ], [],
+		"round $round: no ID was received twice before the crash");
+	is( $node->safe_psql('postgres',
+			"SELECT count(*) FROM issued WHERE client = 'r${round}_opentx'"),
+		'0',
+		"round $round: rows of the never-committed transaction are gone");
+	return @received;
 }
 
 # After crash rounds: no ID is committed twice in table "issued", and no ID

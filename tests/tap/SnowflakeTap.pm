@@ -28,7 +28,7 @@ use constant BEHIND_MARK_RE =>
 
 our @EXPORT = qw(
   LEAF_EPOCH_MS BEHIND_MARK_RE
-  snowflake_node try_sql repeat_sql only_behind_mark_refusals
+  snowflake_node try_sql repeat_sql only_behind_mark_refusals issued_after_restart
   default_node_name snowflake_status persisted_mark
   draw_spread phase_ms_range repeated_ids shared_ids phase_above
   ids_within_mark pgbench_command
@@ -88,6 +88,27 @@ sub only_behind_mark_refusals
 	my @other = grep { !($_->[0] eq '58000' && $_->[1] =~ BEHIND_MARK_RE) } @$errors;
 	is(scalar(@other), 0, $message) or diag explain \@other;
 	return !@other;
+}
+
+# After a (re)start or a crash: run $sql (repeat_sql with %opt: seconds,
+# successes) until it has succeeded or the time is up. Tests that it
+# succeeded at least once and that every refusal meanwhile was 58000 behind
+# the persisted mark; $label starts the test names. Returns the repeat_sql
+# result.
+sub issued_after_restart
+{
+	my ($node, $sql, $label, %opt) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my $r = repeat_sql($node, $sql, %opt);
+	my @errors = @{ $r->{errors} };
+	note sprintf('%s: %d successes in %.1f s, %d refusals%s',
+		$label, $r->{ok}, $r->{seconds}, scalar @errors,
+		@errors ? "; first: $errors[0][1]" : '');
+	cmp_ok($r->{ok}, '>', 0, "$label: IDs are issued within $opt{seconds} s")
+	  or diag "last error: $r->{last}{err}";
+	only_behind_mark_refusals(\@errors,
+		"$label: every refusal meanwhile is 58000 behind the persisted mark");
+	return $r;
 }
 
 # The node name leaf_id uses by default: <system identifier>:<port>.
