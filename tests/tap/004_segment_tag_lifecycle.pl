@@ -25,6 +25,14 @@ leaf_id.tag_resync_interval = 3600
 leaf_id.max_tags = 4
 });
 
+# Poll (at most $seconds) until leaf_segment_next($tag) fails with 42704.
+sub noticed_deleted
+{
+	my ($tag, $seconds) = @_;
+	return wait_until($seconds,
+		sub { (sqlstate_of($node, 'postgres', "SELECT leaf_segment_next('$tag')") // '') eq '42704' });
+}
+
 $node->safe_psql('postgres',
 	"INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('base', 1, 10)");
 my @base = draw_ids($node, 'postgres', 'base', 5);
@@ -95,12 +103,7 @@ $node->safe_psql('postgres',
 	"INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('probe', 1, 100000)");
 draw_ids($node, 'postgres', 'probe', 1);
 $node->safe_psql('postgres', "DELETE FROM leaf_alloc WHERE biz_tag = 'probe'");
-ok( wait_until(
-		60,
-		sub {
-			(sqlstate_of($node, 'postgres', "SELECT leaf_segment_next('probe')")
-				  // '') eq '42704';
-		}),
+ok( noticed_deleted('probe', 60),
 	'the worker reloaded: a resync noticed a deleted tag with IDs cached');
 
 # ---------------------------------------------------------------------------
@@ -150,12 +153,7 @@ is($x1, '5000', 'session S caches tag x');
 is_deeply([ draw_ids($node, 'postgres', 'filler', 1) ], [7000],
 	'tag filler takes the last free slot');
 $node->safe_psql('postgres', "DELETE FROM leaf_alloc WHERE biz_tag = 'x'");
-ok( wait_until(
-		15,
-		sub {
-			(sqlstate_of($node, 'postgres', "SELECT leaf_segment_next('x')")
-				  // '') eq '42704';
-		}),
+ok( noticed_deleted('x', 15),
 	'another session sees x deleted (42704); that frees the slot of x');
 $node->safe_psql('postgres',
 	"INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('y', 900000, 1000)");
@@ -164,12 +162,7 @@ is_deeply(\@y_other, [ 900000, 900001, 900002 ],
 	'tag y takes the only free slot (the one of x) and starts at its max_id');
 # free one more slot, so that S can look x up again
 $node->safe_psql('postgres', "DELETE FROM leaf_alloc WHERE biz_tag = 'filler'");
-ok( wait_until(
-		15,
-		sub {
-			(sqlstate_of($node, 'postgres', "SELECT leaf_segment_next('filler')")
-				  // '') eq '42704';
-		}),
+ok( noticed_deleted('filler', 15),
 	'filler deleted');
 my ($sx, $ex, $stx) = session_query($s, "SELECT leaf_segment_next('x')");
 is($stx, '42704',
@@ -216,12 +209,7 @@ ok(!grep({ $_ eq 'x' || $_ eq 'filler' } keys %{ { listed() } }),
 # ---------------------------------------------------------------------------
 # many tags come and go: slots are reused (max_tags = 4)
 $node->safe_psql('postgres', "DELETE FROM leaf_alloc WHERE biz_tag = 'y'");
-ok( wait_until(
-		15,
-		sub {
-			(sqlstate_of($node, 'postgres', "SELECT leaf_segment_next('y')")
-				  // '') eq '42704';
-		}),
+ok( noticed_deleted('y', 15),
 	'y deleted');
 listed_ok('after y');
 for my $i (1 .. 8)
