@@ -101,11 +101,18 @@ pub(crate) fn in_transaction<T>(
             )),
         };
         if result.is_ok() {
+            let wrote = unsafe { pg_sys::GetTopTransactionIdIfAny() } != pg_sys::InvalidTransactionId;
             unsafe {
                 pg_sys::PopActiveSnapshot();
                 pg_sys::CommitTransactionCommand();
             }
             *committed_ref.0 = true;
+            if wrote && !commit_replicated() {
+                return Err(JobError::new(
+                    PgSqlErrorCode::ERRCODE_QUERY_CANCELED,
+                    "the leaf_id worker's wait for the synchronous standby was cancelled: its commit is not used",
+                ));
+            }
         }
         result
     })
@@ -124,6 +131,25 @@ pub(crate) fn in_transaction<T>(
         unsafe { pg_sys::AbortCurrentTransaction() };
     }
     result
+}
+
+/// Did the last commit reach the synchronous standbys, if any are
+/// configured? A cancel (pg_cancel_backend, or SIGTERM) ends the commit's
+/// wait for them early: the commit is durable here but maybe not on the
+/// standby, so after a failover what it reserved could be reserved again.
+fn commit_replicated() -> bool {
+    unsafe {
+        let ctl = pg_sys::WalSndCtl;
+        if ctl.is_null() || (&raw const pg_sys::max_wal_senders).read() == 0 {
+            return true; // no synchronous replication is possible
+        }
+        let status = (&raw const (*ctl).sync_standbys_status).read_volatile() as u32;
+        if status & pg_sys::SYNC_STANDBY_DEFINED == 0 {
+            return true;
+        }
+        let flushed = (&raw const (*ctl).lsn[pg_sys::SYNC_REP_WAIT_FLUSH as usize]).read_volatile();
+        flushed >= (&raw const pg_sys::XactLastCommitEnd).read()
+    }
 }
 
 /// The extension's schema, quoted; None when it is not installed.

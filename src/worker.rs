@@ -68,11 +68,6 @@ unsafe extern "C-unwind" {
     fn postgres_die(signo: std::ffi::c_int);
 }
 
-/// SIGINT (pg_cancel_backend) is ignored: cancelling a commit's wait for a
-/// synchronous standby would leave it unreplicated, and nothing tells.
-#[pg_guard]
-unsafe extern "C-unwind" fn ignore_signal(_signo: std::ffi::c_int) {}
-
 #[pg_guard]
 unsafe extern "C-unwind" fn detach(_code: i32, arg: pg_sys::Datum) {
     if let Some(sh) = shared() {
@@ -104,7 +99,6 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
         // SIGTERM as for a backend: sets ProcDiePending, so a wait for a
         // synchronous standby ends and CHECK_FOR_INTERRUPTS exits
         pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(postgres_die));
-        pg_sys::pqsignal(pg_sys::SIGINT as i32, Some(ignore_signal));
     }
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(dboid)), None);
     let Some(sh) = shared() else { return };

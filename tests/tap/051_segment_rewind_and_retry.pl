@@ -6,6 +6,9 @@
 #    logs a WARNING;
 #  - a trigger that skips or changes the reservation's UPDATE: no ID of an
 #    unrecorded range is handed out, the call fails with 55000;
+#  - a prefetch that fails once (an admin holds the row longer than the
+#    worker's lock_timeout) is retried without waiting for callers to drain
+#    both segments.
 use strict;
 use warnings;
 use FindBin;
@@ -94,5 +97,39 @@ CREATE TRIGGER trig_$what BEFORE UPDATE ON leaf_alloc FOR EACH ROW
 	my $after = try_sql($node, 'postgres', "SELECT leaf_segment_next('trig_$what')");
 	is($after->{out}, '1000', "without the trigger the tag starts at its max_id");
 }
+
+# 4. a failed prefetch is retried: an admin holds the row past the worker's
+# lock_timeout (5 s) while the prefetch runs
+$node->safe_psql('postgres',
+	"INSERT INTO leaf_alloc (biz_tag, step) VALUES ('held', 1000)");
+is($node->safe_psql('postgres', "SELECT leaf_segment_next('held')"), '1', 'held works');
+# past 10% of the first segment: the next one is prefetched
+$node->safe_psql('postgres', "SELECT count(leaf_segment_next('held')) FROM generate_series(1, 150)");
+ok( wait_until(
+		20,
+		sub {
+			$node->safe_psql('postgres',
+				"SELECT next_ready FROM leaf_segment_status WHERE tag = 'held'") eq 't';
+		}),
+	'held: next segment prefetched');
+my $waits_before = $node->safe_psql('postgres',
+	"SELECT waits FROM leaf_segment_status WHERE tag = 'held'");
+my $admin = session($node, 'postgres');
+session_query($admin, "BEGIN; SELECT max_id FROM leaf_alloc WHERE biz_tag = 'held' FOR UPDATE;");
+# into the second segment: the first one wants a refill, which the lock blocks
+$node->safe_psql('postgres', "SELECT count(leaf_segment_next('held')) FROM generate_series(1, 949)");
+ok( $node->wait_for_log(qr/refill of tag "held" failed: .*lock timeout/, 0),
+	'the prefetch failed on the held row (lock_timeout)');
+session_query($admin, 'COMMIT;');
+$admin->quit;
+ok( wait_until(
+		20,
+		sub {
+			$node->safe_psql('postgres',
+				"SELECT next_ready FROM leaf_segment_status WHERE tag = 'held'") eq 't';
+		}),
+	'after the row is released the prefetch is retried without any caller waiting');
+is($node->safe_psql('postgres', "SELECT waits FROM leaf_segment_status WHERE tag = 'held'"),
+	$waits_before, 'no call had to wait for a refill meanwhile');
 
 done_testing();

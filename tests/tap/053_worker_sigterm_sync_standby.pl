@@ -1,8 +1,10 @@
-# The worker stops on SIGTERM like a backend, even while its commit waits
-# for a synchronous standby that never comes: callers get 55P03 meanwhile,
-# and `pg_ctl stop -m fast` completes. The refill whose commit was cut short
-# is not handed out (it may not have reached a standby): after the restart
-# every ID is above it.
+# The worker and a synchronous standby that never comes:
+#  - a cancel (pg_cancel_backend) of the worker's wait commits locally but
+#    not on the standby: that range is never handed out, not even to a call
+#    that was waiting for it;
+#  - the worker stops on SIGTERM like a backend, even while its commit
+#    waits: `pg_ctl stop -m fast` completes, and after the restart every ID
+#    is above what the cut-short commit reserved.
 use strict;
 use warnings;
 use FindBin;
@@ -24,14 +26,56 @@ $node->safe_psql('postgres',
 	"INSERT INTO leaf_alloc (biz_tag, step) VALUES ('waits', 10);
 	 ALTER SYSTEM SET synchronous_standby_names = 'nobody'");
 $node->restart;
-my $r = try_sql($node, 'postgres',
-	"SET leaf_id.refill_timeout = 2000; SELECT leaf_segment_next('waits')");
-is($r->{sqlstate}, '55P03', 'a refill waiting for the standby: the call times out with 55P03')
+# a cancel of the worker's wait: the committed-here range is not used
+$node->safe_psql('postgres',
+	"SET synchronous_commit = local; INSERT INTO leaf_alloc (biz_tag, step) VALUES ('cancelled', 10)");
+my $caller = start_client($node, 'postgres', 'cancel_caller',
+	"SET leaf_id.refill_timeout = 60000;\nSELECT leaf_segment_next('cancelled');\n");
+ok( wait_until(
+		30,
+		sub {
+			$node->safe_psql('postgres',
+				"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'leaf_id worker' AND wait_event = 'SyncRep'"
+			) eq '1';
+		}),
+	'the worker waits for the standby with the first range of "cancelled"');
+$node->safe_psql('postgres',
+	"SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE backend_type = 'leaf_id worker'");
+ok( $node->wait_for_log(qr/wait for the synchronous standby was cancelled: its commit is not used/),
+	'the worker does not use the cancelled commit');
+my $reserved = $node->safe_psql('postgres',
+	"SELECT max_id FROM leaf_alloc WHERE biz_tag = 'cancelled'");
+is($reserved, '11', 'premise: the cancelled commit reserved [1, 11) here');
+# the standby requirement goes away: the worker's retry commits
+$node->safe_psql('postgres',
+	"ALTER SYSTEM RESET synchronous_standby_names; SELECT pg_reload_conf()");
+finish_clients(60, $caller);
+# the waiting caller got the worker's error (57014) or a later range's ID,
+# never one of the cancelled range
+my @got = client_ids($caller);
+my $err = slurp_file($caller->{err});
+ok((@got == 1 && $got[0] >= 11) || (!@got && $err =~ /its commit is not used/),
+	'the waiting caller got no ID of the cancelled range (' . join(',', @got) . ')')
+  or diag $err;
+my $next = $node->safe_psql('postgres', "SELECT leaf_segment_next('cancelled')");
+ok($next >= 11, "the next ID ($next) is above the cancelled range");
+$node->safe_psql('postgres',
+	"ALTER SYSTEM SET synchronous_standby_names = 'nobody'; SELECT pg_reload_conf()");
+my $r;
+ok( wait_until(
+		30,
+		sub {
+			$r = try_sql($node, 'postgres',
+				"SET leaf_id.refill_timeout = 2000; SELECT leaf_segment_next('waits')");
+			($r->{sqlstate} // '') eq '55P03';
+		}),
+	'a refill waiting for the standby: the call times out with 55P03')
   or diag $r->{out} . $r->{err};
 is($r->{out}, '', 'no ID handed out');
 my $waiting = $node->safe_psql('postgres',
 	"SELECT wait_event FROM pg_stat_activity WHERE backend_type = 'leaf_id worker'");
 is($waiting, 'SyncRep', 'premise: the worker waits for the synchronous standby');
+
 
 # pg_ctl stop -m fast, bounded: a worker deaf to SIGTERM hangs it
 my $stopped = system_log('pg_ctl', '-D', $node->data_dir, '-m', 'fast', '-t', '30', '-w', 'stop');
