@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: every suite, starting whatever it needs.
-#  1. pure Rust unit tests (cargo test --lib, no Postgres)
-#  2. #[pg_test] tests (cargo pgrx test, its own server)
+#  1+2. pure Rust unit tests and #[pg_test] tests: one build, cargo pgrx test
+#     runs both (the unit tests also run alone with `cargo test --lib`)
 #  3. pg_regress suite in pg_test/ (SQL + expected output)
 #  4. real-client tests (tests/client, Rust `postgres` crate)
 #  5. TAP tests in tests/tap (crashes, restarts, clock, several databases)
@@ -12,10 +12,7 @@ bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 PGLIB=/usr/lib/postgresql/15/lib
 
-echo "== unit tests"
-cargo test --lib
-
-echo "== pg_test"
+echo "== unit tests and pg_test (one build)"
 # unlink first: servers still running keep the library they mapped
 rm -f "$PGLIB/leaf_id.so"
 install -d -o postgres -g postgres "$ROOT/target/pgrx-test-data"

@@ -71,7 +71,9 @@ for my $round (1 .. @targets)
 			return $find->($round);
 		},
 		1000 + int(rand(3000)),
-		undef, undef,
+		# enough statements that no client runs out before the kill, even
+		# when the span takes long to build on a loaded machine
+		undef, 400_000,
 		call => 'leaf_snowflake_next()',
 		setup => 'SET leaf_id.test_clock_offset_ms = ' . AHEAD_MS . ";\n");
 	cmp_ok(scalar(@received), '>', 1000,
