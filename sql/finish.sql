@@ -5,12 +5,16 @@ CREATE VIEW leaf_snowflake_status AS SELECT * FROM leaf_snowflake_status();
 
 COMMENT ON FUNCTION leaf_segment_next(text) IS
   'Next ID of a segment-mode tag (a row of leaf_alloc): unique per tag and database, increasing apart from gaps.';
+COMMENT ON FUNCTION leaf_segment_next(text, integer) IS
+  'n IDs of a segment-mode tag in one call (a set); n IDs that fit in the current segment cost one atomic step.';
 COMMENT ON FUNCTION leaf_segment_status() IS
   'Cached segment-mode tags of this database: both segments, refills, waits, dynamic step.';
 COMMENT ON VIEW leaf_segment_status IS
   'Cached segment-mode tags of this database: both segments, refills, waits, dynamic step.';
 COMMENT ON FUNCTION leaf_snowflake_next() IS
   'Next snowflake ID: (ms - epoch) << 22 | worker_id << 12 | sequence, as Meituan Leaf.';
+COMMENT ON FUNCTION leaf_snowflake_next(integer) IS
+  'n snowflake IDs in one call (a set, increasing); one compare-and-swap per millisecond run of up to 4096.';
 COMMENT ON FUNCTION leaf_snowflake_decode(bigint) IS
   'Timestamp, worker id and sequence of a snowflake ID, with leaf_id.epoch_ms (STABLE: use the form with the epoch in indexes).';
 COMMENT ON FUNCTION leaf_snowflake_decode(bigint, bigint) IS

@@ -4,7 +4,7 @@
 use crate::backend::{self, Deadline};
 use crate::clock::tstz_from_unix_us;
 use crate::errors::{raise, raise_recorded, require_writable};
-use crate::segment::buffer::{SlowPath, Take};
+use crate::segment::buffer::{MAX_TAKE, SlowPath, TakeMany};
 use crate::shmem::{Shared, TAG_MAX_CHARS, TagStatus};
 use pgrx::prelude::*;
 use std::cell::RefCell;
@@ -112,6 +112,13 @@ fn request_refill(sh: &Shared, db: usize, slot: usize) {
 }
 
 pub fn next_id(tag: &str) -> i64 {
+    next_ids(tag, 1).0
+}
+
+/// Up to `want` (1..=MAX_TAKE) consecutive IDs of the tag: `(first, count)`,
+/// `count >= 1`, from one `fetch_add` on the current segment (fewer than
+/// `want` when the segment has fewer left).
+pub fn next_ids(tag: &str, want: u64) -> (i64, i64) {
     let (sh, db) = backend::shared_db();
     let dboid = backend::my_dboid();
     let mut deadline: Option<Deadline> = None;
@@ -124,9 +131,10 @@ pub fn next_id(tag: &str) -> i64 {
         let slot = sh.tag(i);
         // hot path: one fetch_add
         for _ in 0..4 {
-            match slot.pair.take() {
-                Take::Id {
-                    id,
+            match slot.pair.take_many(want) {
+                TakeMany::Ids {
+                    first,
+                    count,
                     crossed_threshold,
                 } => {
                     if slot.epoch.load(SeqCst) != epoch {
@@ -138,10 +146,10 @@ pub fn next_id(tag: &str) -> i64 {
                     if deadline.is_some() {
                         backend::end_wait();
                     }
-                    return id;
+                    return (first, count);
                 }
-                Take::Stale => continue,
-                Take::Exhausted => break,
+                TakeMany::Stale => continue,
+                TakeMany::Exhausted => break,
             }
         }
         // slow path
@@ -217,6 +225,41 @@ fn leaf_segment_next(tag: Option<&str>) -> i64 {
     let tag = validate_tag(tag);
     require_writable("leaf_segment_next()");
     next_id(tag)
+}
+
+/// `n` IDs of the tag in one call: each chunk is one `fetch_add` on the
+/// current segment, so n IDs that fit in the segment cost one atomic step.
+#[pg_extern(volatile, parallel_unsafe, name = "leaf_segment_next")]
+fn leaf_segment_next_n(tag: Option<&str>, n: Option<i32>) -> SetOfIterator<'static, i64> {
+    let tag = validate_tag(tag);
+    let n = validate_count(n);
+    require_writable("leaf_segment_next()");
+    let mut ranges = Vec::new();
+    let mut left = n as u64;
+    while left > 0 {
+        pgrx::check_for_interrupts!();
+        let (first, count) = next_ids(tag, left.min(MAX_TAKE));
+        ranges.push(first..first + count);
+        left -= count as u64;
+    }
+    SetOfIterator::new(ranges.into_iter().flatten())
+}
+
+/// The count of a batch call: NULL and negative numbers are refused.
+pub fn validate_count(n: Option<i32>) -> i32 {
+    match n {
+        None => raise(
+            PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+            "the number of IDs must not be NULL",
+            None,
+        ),
+        Some(n) if n < 0 => raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("the number of IDs must not be negative (got {n})"),
+            None,
+        ),
+        Some(n) => n,
+    }
 }
 
 #[allow(clippy::type_complexity)]

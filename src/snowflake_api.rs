@@ -82,6 +82,11 @@ pub fn check_epoch() -> Result<i64, String> {
 }
 
 fn next_id() -> i64 {
+    next_ids(1).0
+}
+
+/// Up to `want` consecutive IDs of one millisecond: `(first, count)`.
+fn next_ids(want: i64) -> (i64, i64) {
     let (sh, db) = backend::shared_db();
     let slot = sh.db(db);
     let mut deadline: Option<Deadline> = None;
@@ -93,12 +98,12 @@ fn next_id() -> i64 {
                 max_backward_ms: settings::MAX_BACKWARD_MS.get() as i64,
                 random_start: settings::RANDOM_SEQUENCE_START.get(),
             };
-            match slot.generator.next_id(&cfg, &PgClock, &mut random) {
-                Ok(id) => {
+            match slot.generator.next_ids(&cfg, &PgClock, &mut random, want) {
+                Ok(ids) => {
                     if deadline.is_some() {
                         backend::end_wait();
                     }
-                    return id;
+                    return ids;
                 }
                 Err(Refusal::LeaseExpired { .. } | Refusal::Closed) => {
                     // the worker renews the lease, or a new worker reopens
@@ -175,6 +180,23 @@ fn refuse(refusal: Refusal) -> ! {
 fn leaf_snowflake_next() -> i64 {
     require_writable("leaf_snowflake_next()");
     next_id()
+}
+
+/// `n` snowflake IDs in one call, increasing: each run of one millisecond is
+/// one compare-and-swap (up to 4,096 IDs).
+#[pg_extern(volatile, parallel_unsafe, name = "leaf_snowflake_next")]
+fn leaf_snowflake_next_n(n: Option<i32>) -> SetOfIterator<'static, i64> {
+    let n = crate::segment_api::validate_count(n);
+    require_writable("leaf_snowflake_next()");
+    let mut ranges = Vec::new();
+    let mut left = n as i64;
+    while left > 0 {
+        pgrx::check_for_interrupts!();
+        let (first, count) = next_ids(left);
+        ranges.push(first..first + count);
+        left -= count;
+    }
+    SetOfIterator::new(ranges.into_iter().flatten())
 }
 
 /// STABLE: the answer depends on leaf_id.epoch_ms. For an index or a

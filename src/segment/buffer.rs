@@ -52,7 +52,14 @@ pub struct Ticket {
     expected: u64,
     /// the word the `fetch_add` returned
     word: u64,
+    /// how many offsets the `fetch_add` took
+    n: u64,
 }
+
+/// Most offsets one `fetch_add` takes: readers that over-increment an
+/// exhausted segment must never carry the offset into the generation bits
+/// (2^40 / 2^16 such takes between two publishes).
+pub const MAX_TAKE: u64 = 1 << 16;
 
 /// One reserved range `[start, start + len)` and how much of it is taken.
 #[repr(C)]
@@ -79,6 +86,37 @@ pub enum Take {
     Stale,
 }
 
+/// What one attempt to take several IDs gave.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum TakeMany {
+    /// `count` consecutive IDs from `first`; whether this take crossed the
+    /// prefetch threshold (10% used).
+    Ids {
+        first: i64,
+        count: i64,
+        crossed_threshold: bool,
+    },
+    Exhausted,
+    Stale,
+}
+
+impl From<TakeMany> for Take {
+    fn from(t: TakeMany) -> Take {
+        match t {
+            TakeMany::Ids {
+                first,
+                crossed_threshold,
+                ..
+            } => Take::Id {
+                id: first,
+                crossed_threshold,
+            },
+            TakeMany::Exhausted => Take::Exhausted,
+            TakeMany::Stale => Take::Stale,
+        }
+    }
+}
+
 /// A consistent view of a segment, for status reports.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentView {
@@ -97,20 +135,27 @@ impl SegmentView {
 impl Segment {
     /// Lock-free: take one ID.
     pub fn take(&self) -> Take {
-        self.finish_take(self.begin_take())
+        self.take_many(1).into()
     }
 
-    /// First half of [`take`](Self::take): the generation the reader expects,
-    /// then its one `fetch_add`. Split only so that tests can interleave
+    /// Lock-free: take up to `n` consecutive IDs (at most [`MAX_TAKE`]) with
+    /// one `fetch_add`; fewer when the segment has fewer left.
+    pub fn take_many(&self, n: u64) -> TakeMany {
+        self.finish_take(self.begin_take(n))
+    }
+
+    /// First half of a take: the generation the reader expects, then its one
+    /// `fetch_add` of `n` offsets. Split only so that tests can interleave
     /// publishes between the halves.
-    pub fn begin_take(&self) -> Ticket {
+    pub fn begin_take(&self, n: u64) -> Ticket {
+        let n = n.clamp(1, MAX_TAKE);
         let expected = self.meta_gen.load(SeqCst);
-        let word = self.state.fetch_add(1, SeqCst);
-        Ticket { expected, word }
+        let word = self.state.fetch_add(n, SeqCst);
+        Ticket { expected, word, n }
     }
 
-    /// Second half of [`take`](Self::take): what the ticket's offset is.
-    pub fn finish_take(&self, ticket: Ticket) -> Take {
+    /// Second half of a take: what the ticket's offsets are.
+    pub fn finish_take(&self, ticket: Ticket) -> TakeMany {
         let (word_gen, offset) = unpack(ticket.word);
         let m1 = self.meta_gen.load(SeqCst);
         let start = self.start.load(SeqCst);
@@ -122,18 +167,22 @@ impl Segment {
             || word_gen != ticket.expected & GEN_MASK
         {
             // a publish happened since the reader looked (or is under way):
-            // its offset belongs to no range it can name
-            return Take::Stale;
+            // its offsets belong to no range it can name
+            return TakeMany::Stale;
         }
         let offset = offset as i64;
         if offset < len {
-            // one caller gets exactly this offset
-            Take::Id {
-                id: start + offset,
-                crossed_threshold: offset == len / 10,
+            // one caller gets exactly these offsets (the part past the end
+            // is nobody's: later takes see the segment exhausted)
+            let count = (ticket.n as i64).min(len - offset);
+            let threshold = len / 10;
+            TakeMany::Ids {
+                first: start + offset,
+                count,
+                crossed_threshold: offset <= threshold && threshold < offset + count,
             }
         } else {
-            Take::Exhausted
+            TakeMany::Exhausted
         }
     }
 
@@ -205,6 +254,12 @@ impl SegmentPair {
     pub fn take(&self) -> Take {
         let current = self.current.load(SeqCst) as usize & 1;
         self.segments[current].take()
+    }
+
+    /// Lock-free: up to `n` IDs from the current segment, one `fetch_add`.
+    pub fn take_many(&self, n: u64) -> TakeMany {
+        let current = self.current.load(SeqCst) as usize & 1;
+        self.segments[current].take_many(n)
     }
 
     pub fn current_index(&self) -> usize {
@@ -403,12 +458,12 @@ mod tests {
         assert!(matches!(s.take(), Take::Id { id: 10, .. }));
         // a reader does its fetch_add on the live range (offset 1, an ID of
         // [10, 12) that nobody else gets) ...
-        let ticket = s.begin_take();
+        let ticket = s.begin_take(1);
         // ... stalls while the segment is exhausted and refilled ...
         assert!(matches!(s.take(), Take::Exhausted));
         s.publish(500, 3);
         // ... and must not add its offset to the new range's start
-        assert_eq!(s.finish_take(ticket), Take::Stale);
+        assert_eq!(s.finish_take(ticket), TakeMany::Stale);
         assert!(matches!(s.take(), Take::Id { id: 500, .. }));
         assert!(matches!(s.take(), Take::Id { id: 501, .. }));
     }
@@ -417,7 +472,7 @@ mod tests {
     fn stalled_reader_is_stale_after_the_generation_wraps() {
         let s = Segment::default();
         s.publish(0, 10);
-        let ticket = s.begin_take();
+        let ticket = s.begin_take(1);
         let (word_gen, offset) = unpack(ticket.word);
         assert_eq!((word_gen, offset), (1, 0));
         // 2^24 publishes (retires count too): the 24 bits in the word repeat
@@ -432,7 +487,7 @@ mod tests {
         );
         // the stalled reader's offset 0 is the new range's first ID, which the
         // next caller gets: the reader must not get it too
-        assert_eq!(s.finish_take(ticket), Take::Stale);
+        assert_eq!(s.finish_take(ticket), TakeMany::Stale);
         assert!(matches!(s.take(), Take::Id { id: 2_000_000, .. }));
     }
 
@@ -454,6 +509,40 @@ mod tests {
         assert!(matches!(p.take(), Take::Id { id: 1, .. }));
     }
 
+    #[test]
+    fn take_many_gets_what_is_left_and_flags_the_threshold_once() {
+        let s = Segment::default();
+        s.publish(100, 50);
+        assert_eq!(
+            s.take_many(3),
+            TakeMany::Ids {
+                first: 100,
+                count: 3,
+                crossed_threshold: false
+            }
+        );
+        assert_eq!(
+            s.take_many(10),
+            TakeMany::Ids {
+                first: 103,
+                count: 10,
+                crossed_threshold: true
+            },
+            "offsets 3..13 cross 5 (10% of 50)"
+        );
+        assert_eq!(
+            s.take_many(1000),
+            TakeMany::Ids {
+                first: 113,
+                count: 37,
+                crossed_threshold: false
+            },
+            "only what is left"
+        );
+        assert_eq!(s.take_many(1), TakeMany::Exhausted);
+        assert_eq!(s.take(), Take::Exhausted);
+    }
+
     /// Many threads take while one refiller switches and refills under a
     /// lock, as the Postgres glue does: every ID is handed out once, and
     /// only IDs of published ranges are handed out.
@@ -471,14 +560,16 @@ mod tests {
         };
         refill(&pair, &mut lock.lock());
         let threads: Vec<_> = (0..4)
-            .map(|_| {
+            .map(|t| {
                 let pair = pair.clone();
                 let lock = lock.clone();
                 std::thread::spawn(move || {
-                    let mut got = Vec::with_capacity(PER_THREAD);
+                    let mut got = Vec::with_capacity(PER_THREAD + 5);
                     while got.len() < PER_THREAD {
-                        match pair.take() {
-                            Take::Id { id, .. } => got.push(id),
+                        // half the threads take several IDs at a time
+                        let n = if t % 2 == 0 { 1 } else { 5 };
+                        match pair.take_many(n) {
+                            TakeMany::Ids { first, count, .. } => got.extend(first..first + count),
                             _ => {
                                 let mut next = lock.lock();
                                 pair.on_exhausted();
@@ -499,6 +590,6 @@ mod tests {
             }
         }
         assert!(max_start < *lock.lock(), "id outside every published range");
-        assert_eq!(all.len(), 4 * PER_THREAD);
+        assert!(all.len() >= 4 * PER_THREAD);
     }
 }

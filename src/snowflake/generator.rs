@@ -130,6 +130,20 @@ impl Generator {
         clock: &dyn Clock,
         random: &mut dyn FnMut() -> i64,
     ) -> Result<i64, Refusal> {
+        self.next_ids(cfg, clock, random, 1).map(|(first, _)| first)
+    }
+
+    /// Up to `want` consecutive IDs of one millisecond with one
+    /// compare-and-swap: `(first, count)`, `count >= 1` (fewer when the
+    /// millisecond's sequence runs out).
+    pub fn next_ids(
+        &self,
+        cfg: &Config,
+        clock: &dyn Clock,
+        random: &mut dyn FnMut() -> i64,
+        want: i64,
+    ) -> Result<(i64, i64), Refusal> {
+        let want = want.clamp(1, MAX_SEQUENCE + 1);
         let mut waited_backward = false;
         loop {
             // Load the state before reading the clock: a clock read that is
@@ -181,13 +195,16 @@ impl Generator {
             } else {
                 0
             };
-            let new_word = (worker_id << WORKER_SHIFT) | ((t as u64) << SEQUENCE_BITS) | seq as u64;
+            let count = want.min(MAX_SEQUENCE - seq + 1);
+            let new_word = (worker_id << WORKER_SHIFT)
+                | ((t as u64) << SEQUENCE_BITS)
+                | (seq + count - 1) as u64;
             if self
                 .last
                 .compare_exchange(word, new_word, SeqCst, SeqCst)
                 .is_ok()
             {
-                return Ok(encode(t, worker_id as i64, seq));
+                return Ok((encode(t, worker_id as i64, seq), count));
             }
             clock.check_interrupts();
         }
@@ -479,6 +496,24 @@ mod tests {
             clock.interrupt_checks.get() > 0,
             "the spin checked for interrupts"
         );
+    }
+
+    #[test]
+    fn next_ids_takes_a_run_of_one_millisecond() {
+        let g = generator();
+        let clock = FakeClock::at(T0);
+        let (first, count) = g.next_ids(&cfg(), &clock, &mut zero, 10).unwrap();
+        assert_eq!(count, 10);
+        let d = decode(first, LEAF_EPOCH_MS).unwrap();
+        assert_eq!((d.unix_ms, d.sequence), (T0, 0));
+        assert_eq!(g.next_id(&cfg(), &clock, &mut zero).unwrap(), first + 10);
+        // only what is left of the millisecond's sequence
+        let (first, count) = g.next_ids(&cfg(), &clock, &mut zero, 10_000).unwrap();
+        assert_eq!(count, MAX_SEQUENCE + 1 - 11);
+        assert_eq!(decode(first, LEAF_EPOCH_MS).unwrap().sequence, 11);
+        clock.tick_every.set(10);
+        let next = g.next_id(&cfg(), &clock, &mut zero).unwrap();
+        assert!(next > first + count - 1);
     }
 
     #[test]
