@@ -58,9 +58,12 @@ P = {
     "refill_clients": env_int("BENCH_REFILL_CLIENTS", 8, 8),
     "refill_batch": env_int("BENCH_REFILL_BATCH", 1_000, 1_000),
     "refill_steps": [int(x) for x in env_str("BENCH_REFILL_STEPS", "10 100 1000").split()],
+    # 6. IDs per batch measurement, and the size of one call in the many-calls form
+    "batch_n": env_int("BENCH_BATCH_N", 1_000_000, 100_000),
+    "batch_call": env_int("BENCH_BATCH_CALL", 1000, 1000),
     # step of the tag 't' used everywhere else
     "seg_step": env_int("BENCH_SEG_STEP", 1_000, 1_000),
-    "sections": env_str("BENCH_SECTIONS", "bulk scaling roundtrip insert refill").split(),
+    "sections": env_str("BENCH_SECTIONS", "bulk scaling roundtrip insert refill batch").split(),
     "work": env_str("BENCH_WORK", os.path.join(ROOT, "target", "bench-work")),
 }
 if P["reps"] < 1:
@@ -516,6 +519,42 @@ def bench_refill():
 
 # ---------------------------------------------------------------- main
 
+# ---------------------------------------------------------------- 6. batch
+
+def batch_forms():
+    n, k = P["batch_n"], P["batch_call"]
+    return [
+        ("floor", f"SELECT count(*) FROM generate_series(1, {n}) g"),
+        ("segment_single", f"SELECT count(leaf_segment_next('t')) FROM generate_series(1, {n}) g"),
+        ("segment_one_call", f"SELECT count(*) FROM leaf_segment_next('t', {n})"),
+        ("segment_calls", f"SELECT count(*) FROM generate_series(1, {n // k}) g, LATERAL leaf_segment_next('t', {k}) i"),
+        ("snowflake_one_call", f"SELECT count(*) FROM leaf_snowflake_next({n})"),
+        ("snowflake_single", f"SELECT count(leaf_snowflake_next()) FROM generate_series(1, {n}) g"),
+    ]
+
+
+def bench_batch():
+    n = P["batch_n"]
+    forms = batch_forms()
+    res = {k: [] for k, _ in forms}
+    for rep in range(P["reps"]):
+        for key, q in rotated(forms, rep):
+            sql = (f"SELECT 'pre', {counters_sql()};\n"
+                   f"SELECT 'time', us, n FROM bench_time($q${q}$q$);\n"
+                   f"SELECT 'post', {counters_sql()};\n")
+            try:
+                out = psql(sql)
+                us, cnt = float(tagged(out, "time")[0]), int(tagged(out, "time")[1])
+                pre, post = [list(map(int, tagged(out, t))) for t in ("pre", "post")]
+                if cnt != n:
+                    note_error(f"batch {key} rep {rep + 1}", f"count was {cnt}, expected {n}")
+                res[key].append({"us": us, "count": cnt, "seg_waits": post[0] - pre[0]})
+                log(f"batch rep {rep + 1} {key:20s} {us * 1000 / n:8.1f} ns/ID")
+            except (BenchError, subprocess.TimeoutExpired) as e:
+                note_error(f"batch {key} rep {rep + 1}", str(e))
+    return res
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -527,7 +566,7 @@ def main():
     results = {"params": P, "labels": LABELS, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                "machine": machine_info(), "settings": server_settings(), "sections": {}, "load": {}}
     sections = {"bulk": bench_bulk, "scaling": bench_scaling, "roundtrip": bench_roundtrip,
-                "insert": bench_insert, "refill": bench_refill}
+                "insert": bench_insert, "refill": bench_refill, "batch": bench_batch}
     for name in P["sections"]:
         if name not in sections:
             sys.exit(f"unknown section {name}")
