@@ -10,8 +10,8 @@
 #
 # Exit status:
 #   0  Citus is installed (already, or now)
-#   3  Citus is not installed and no tarball was given: the Citus suite must be
-#      skipped, and the caller prints a SKIP line (never silently)
+#   3  Citus is not installed and LEAF_ID_CITUS_TARBALL is not set: the Citus
+#      suite must be skipped, and the caller prints a SKIP line (never silently)
 #   other  a real failure (bad checksum, build error, ...)
 #
 # The build is cached under target/citus-build (one directory per tarball
@@ -37,20 +37,21 @@ if [ "$MODE" = install ] && installed; then
 fi
 
 TARBALL=${LEAF_ID_CITUS_TARBALL:-}
-if [ -z "$TARBALL" ] || [ ! -f "$TARBALL" ]; then
+if [ -z "$TARBALL" ]; then
   {
     echo "################################################################################"
-    echo "# citus: Citus is NOT installed and cannot be built, so the Citus suite (tests/citus)"
-    if [ -z "$TARBALL" ]; then
-      echo "# cannot run: LEAF_ID_CITUS_TARBALL is not set."
-    else
-      echo "# cannot run: LEAF_ID_CITUS_TARBALL=$TARBALL is not a file."
-    fi
-    echo "# Set it to a Citus 13.x source tarball (e.g. citus-13.2.2.tar.gz; .ci/run does)"
-    echo "# or install Citus for PostgreSQL 15 yourself."
+    echo "# citus: Citus is NOT installed and LEAF_ID_CITUS_TARBALL is not set, so the"
+    echo "# Citus suite (tests/citus) cannot run. Set LEAF_ID_CITUS_TARBALL to a Citus"
+    echo "# 13.x source tarball (citus-13.2.2.tar.gz; .ci/run does), or install Citus"
+    echo "# for PostgreSQL 15 yourself."
     echo "################################################################################"
   } >&2
   exit 3
+fi
+if [ ! -f "$TARBALL" ]; then
+  # asked for explicitly: a failure, not a skip
+  echo "citus: LEAF_ID_CITUS_TARBALL=$TARBALL is not a file" >&2
+  exit 1
 fi
 
 actual=$(sha256sum "$TARBALL" | cut -d' ' -f1)
