@@ -8,16 +8,23 @@
 #   scripts/test-tap.sh tests/tap/001_*.pl    # some
 #   PROVE_FLAGS=-v scripts/test-tap.sh        # verbose
 #   PG_TEST_NOCLEAN=1 scripts/test-tap.sh     # keep data directories
+#   TAP_WORK=target/tap-citus scripts/test-tap.sh tests/citus/*.pl
 #
 # Output of each test (server logs, regress_log_*) is left in
-# target/tap/tmp_check/log. Exits non-zero if any test fails.
+# target/tap/tmp_check/log (or $TAP_WORK/tmp_check/log). Each test file's own
+# directory is on the Perl include path, besides tests/tap (helper modules).
+# Exits non-zero if any test fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 PGBIN=/usr/lib/postgresql/15/bin
 PGXS=/usr/lib/postgresql/15/lib/pgxs
 PERL_LIB=$PGXS/src/test/perl
-WORK=$ROOT/target/tap
+WORK=$(realpath -m "${TAP_WORK:-$ROOT/target/tap}")
+case $WORK in
+  "$ROOT"/target/?*) ;;
+  *) echo "test-tap: TAP_WORK must be a directory under target/ (it is emptied)" >&2; exit 2 ;;
+esac
 
 if [ ! -e /usr/lib/postgresql/15/lib/leaf_id.so ]; then
   echo "test-tap: leaf_id is not installed (run scripts/install.sh)" >&2
@@ -36,6 +43,14 @@ if [ ${#tests[@]} -eq 0 ]; then
   exit 2
 fi
 
+# the tests' directories, for their helper modules
+includes=(-I "$ROOT/tests/tap")
+test_dirs=()
+for t in "${tests[@]}"; do
+  d=$(dirname "$t")
+  case " ${test_dirs[*]} " in *" $d "*) ;; *) test_dirs+=("$d"); includes+=(-I "$d") ;; esac
+done
+
 # a directory the postgres user can write; the repo itself is root's
 mkdir -p "$ROOT/target"
 . "$ROOT/scripts/cluster.sh"
@@ -45,7 +60,7 @@ if [ "$(id -u)" -eq 0 ]; then
   install -d -o postgres -g postgres "$WORK"
   run_as_postgres=(runuser -u postgres --)
   # the postgres user must be able to reach the test files
-  chmod o+rx "$ROOT" "$ROOT/tests" "$ROOT/tests/tap" "$ROOT/target" 2>/dev/null || true
+  chmod o+rx "$ROOT" "$ROOT/tests" "$ROOT/tests/tap" "$ROOT/target" "${test_dirs[@]}" 2>/dev/null || true
 else
   mkdir -p "$WORK"     # already unprivileged: run as ourselves
   run_as_postgres=()
@@ -62,4 +77,4 @@ cd "$WORK"
   ${PG_TEST_NOCLEAN:+PG_TEST_NOCLEAN=1} \
   with_ssl=no with_gssapi=no with_icu=no enable_injection_points=no \
   LEAF_ID_TAP_ROOT="$ROOT" \
-  prove -I "$PERL_LIB" -I "$ROOT/tests/tap" ${PROVE_FLAGS:-} "${tests[@]}"
+  prove -I "$PERL_LIB" "${includes[@]}" ${PROVE_FLAGS:-} "${tests[@]}"

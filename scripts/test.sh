@@ -5,6 +5,8 @@
 #  3. pg_regress suite in pg_test/ (SQL + expected output)
 #  4. real-client tests (tests/client, Rust `postgres` crate)
 #  5. TAP tests in tests/tap (crashes, restarts, clock, several databases)
+#  6. Citus suite in tests/citus (coordinator + two workers); builds and installs
+#     Citus from LEAF_ID_CITUS_TARBALL when it is missing, else a SKIP line
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -34,4 +36,11 @@ if compgen -G "tests/tap/*.pl" >/dev/null; then
   echo "== TAP tests"
   bash scripts/test-tap.sh
 fi
-echo "== all suites passed"
+echo "== Citus tests"
+citus_rc=0
+bash scripts/test-citus.sh || citus_rc=$?
+case $citus_rc in
+  0) echo "== all suites passed" ;;
+  3) echo "== all suites passed, but the Citus suite was SKIPPED (no Citus installed, LEAF_ID_CITUS_TARBALL not set)" ;;
+  *) exit "$citus_rc" ;;
+esac

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Make sure Citus is installed into the system PostgreSQL 15, for the Citus
+# test suite (tests/citus). No package registry here has Citus, so it is built
+# from a source tarball named by LEAF_ID_CITUS_TARBALL (a `git archive` of
+# github.com/citusdata/citus v13.2.2, 13.x being the last line that supports
+# PostgreSQL 15). Nothing of Citus is part of leaf_id or of this repository.
+#
+#   scripts/citus.sh            # install Citus if it is missing
+#   scripts/citus.sh build      # only build (no install; needs no lock)
+#
+# Exit status:
+#   0  Citus is installed (already, or now)
+#   3  Citus is not installed and LEAF_ID_CITUS_TARBALL is not set: the Citus
+#      suite must be skipped, and the caller prints a SKIP line (never silently)
+#   other  a real failure (bad checksum, build error, ...)
+#
+# The build is cached under target/citus-build (one directory per tarball
+# checksum, with a stamp file once `make` succeeded), so a second run after the
+# installed files were removed does not rebuild, it only runs `make install`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+PGLIB=$("$PG_CONFIG" --pkglibdir)
+PGSHARE=$("$PG_CONFIG" --sharedir)
+# sha256 of citus-13.2.2.tar.gz (../shared/vendor/README.md); another tarball
+# needs LEAF_ID_CITUS_SHA256 set to its own checksum.
+SHA256=${LEAF_ID_CITUS_SHA256:-dd2453caec20a830e5e63f1def5c5a98cb6f57ae510407cdcd800916fcdab430}
+PACKAGES=(build-essential liblz4-dev libzstd-dev libkrb5-dev postgresql-server-dev-15)
+MODE=${1:-install}
+
+installed() { [ -e "$PGLIB/citus.so" ] && [ -e "$PGSHARE/extension/citus.control" ]; }
+
+if [ "$MODE" = install ] && installed; then
+  echo "citus: installed ($(sed -n "s/^default_version *= *'\(.*\)'/\1/p" "$PGSHARE/extension/citus.control"))"
+  exit 0
+fi
+
+TARBALL=${LEAF_ID_CITUS_TARBALL:-}
+if [ -z "$TARBALL" ]; then
+  {
+    echo "################################################################################"
+    echo "# citus: Citus is NOT installed and LEAF_ID_CITUS_TARBALL is not set, so the"
+    echo "# Citus suite (tests/citus) cannot run. Set LEAF_ID_CITUS_TARBALL to a Citus"
+    echo "# 13.x source tarball (citus-13.2.2.tar.gz; .ci/run does), or install Citus"
+    echo "# for PostgreSQL 15 yourself."
+    echo "################################################################################"
+  } >&2
+  exit 3
+fi
+if [ ! -f "$TARBALL" ]; then
+  # asked for explicitly: a failure, not a skip
+  echo "citus: LEAF_ID_CITUS_TARBALL=$TARBALL is not a file" >&2
+  exit 1
+fi
+
+actual=$(sha256sum "$TARBALL" | cut -d' ' -f1)
+if [ "$actual" != "$SHA256" ]; then
+  echo "citus: $TARBALL has sha256 $actual, expected $SHA256 (set LEAF_ID_CITUS_SHA256 for another tarball)" >&2
+  exit 1
+fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "citus: installing build packages: ${missing[*]}"
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "citus: not root, cannot apt-get install ${missing[*]}" >&2
+    exit 1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null ||
+    { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null; }
+fi
+
+BUILD=$ROOT/target/citus-build/$SHA256
+if [ -e "$BUILD/.built" ]; then
+  echo "citus: using the cached build in $BUILD"
+else
+  echo "citus: building from $TARBALL in $BUILD (a few minutes on 2 cores)"
+  rm -rf "$BUILD"
+  mkdir -p "$BUILD"
+  tar -xzf "$TARBALL" -C "$BUILD" --strip-components=1
+  cd "$BUILD"
+  # PostgreSQL 15.20's headers declare have_createdb_privilege() and Citus
+  # 13.2.2 defines its own static copy for PG < 16: rename Citus's copy.
+  if grep -q '^have_createdb_privilege(void)$' src/include/pg_version_compat.h; then
+    sed -i '/^static inline bool$/{N;s/^static inline bool\nhave_createdb_privilege(void)$/#define have_createdb_privilege citus_have_createdb_privilege_compat\n&/}' \
+      src/include/pg_version_compat.h
+  fi
+  PG_CONFIG=$PG_CONFIG ./configure --without-libcurl >"$BUILD/configure.log" 2>&1 ||
+    { tail -n 30 "$BUILD/configure.log" >&2; echo "citus: configure failed ($BUILD/configure.log)" >&2; exit 1; }
+  make -j"$(nproc)" with_llvm=no >"$BUILD/make.log" 2>&1 ||
+    { grep -m 20 -i 'error' "$BUILD/make.log" >&2 || true; echo "citus: make failed ($BUILD/make.log)" >&2; exit 1; }
+  touch "$BUILD/.built"
+  cd "$ROOT"
+fi
+
+[ "$MODE" = build ] && exit 0
+
+echo "citus: make install"
+make -C "$BUILD" with_llvm=no install >"$BUILD/install.log" 2>&1 ||
+  { tail -n 30 "$BUILD/install.log" >&2; echo "citus: make install failed ($BUILD/install.log)" >&2; exit 1; }
+installed || { echo "citus: make install did not install citus.so and citus.control" >&2; exit 1; }
+echo "citus: installed ($(sed -n "s/^default_version *= *'\(.*\)'/\1/p" "$PGSHARE/extension/citus.control"))"

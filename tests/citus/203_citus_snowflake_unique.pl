@@ -1,0 +1,96 @@
+# leaf_id on Citus, issue 8 item 3 (first two points): snowflake IDs unique
+# across the cluster.
+#
+# leaf_worker is a reference table: each of the three nodes claims its own
+# worker id from it and keeps it across a restart of that node and across a
+# restart of the whole cluster. Then 9 sessions at once (3 on each node) draw
+# IDs into a distributed table: no ID twice, and each node's IDs carry its
+# worker id.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use CitusTap;
+use SnowflakeTap qw(issued_after_restart);
+
+use constant PER_SESSION => 40_000;
+
+my ($coord, @workers) = citus_cluster();
+my @nodes = ($coord, @workers);
+
+my $name_sql = q{SELECT system_identifier || ':' || current_setting('port') FROM pg_control_system()};
+my %wid = map { $_->name => leaf_worker_id_of($_) } @nodes;
+is(join(',', sort values %wid), '0,1,2', 'the three nodes claimed three different worker ids')
+  or diag explain \%wid;
+for my $n (@nodes)
+{
+	my $me = $n->safe_psql('postgres', $name_sql);
+	is( $coord->safe_psql('postgres', "SELECT worker_id FROM leaf_worker WHERE node_name = '$me'"),
+		$wid{ $n->name },
+		$n->name . ': the shared registry (read on the coordinator) has its row under its node name');
+	is($n->safe_psql('postgres', 'SELECT worker_id_source FROM leaf_snowflake_status'),
+		'leaf_worker', $n->name . ': its worker id came from the registry');
+}
+
+# A restart of one worker while the others run, and of the whole cluster.
+# On Citus a node being stopped does not manage to persist its exact last
+# millisecond (the write to the reference table fails: "leaf_id: could not
+# persist the last snowflake millisecond" in its log, also when the other
+# nodes are up), so it keeps the lease mark (up to leaf_id.lease_ahead, 3 s,
+# ahead) and refuses IDs after its start until the clock passes it, as after
+# a crash; issued_after_restart allows exactly those refusals (58000).
+$workers[1]->restart;
+my $r1 = issued_after_restart($workers[1], 'SELECT (leaf_snowflake_decode(leaf_snowflake_next())).worker_id',
+	$workers[1]->name . ' after its restart', seconds => 15);
+is($r1->{last}{out}, $wid{ $workers[1]->name }, $workers[1]->name . ' keeps its worker id across its restart');
+$_->stop for reverse @nodes;
+$_->start for @nodes;
+for my $n (@nodes)
+{
+	my $r = issued_after_restart($n, 'SELECT (leaf_snowflake_decode(leaf_snowflake_next())).worker_id',
+		$n->name . ' after a restart of the cluster', seconds => 15);
+	is($r->{last}{out}, $wid{ $n->name }, $n->name . ' keeps its worker id across a restart of the cluster');
+}
+is($coord->safe_psql('postgres', 'SELECT count(*) FROM leaf_worker'), '3',
+	'the registry still has three rows');
+
+# 9 sessions at once, 3 per node, all IDs into one distributed table
+$coord->safe_psql(
+	'postgres', q{
+CREATE TABLE ids (id bigint NOT NULL, node text NOT NULL);
+SELECT create_distributed_table('ids', 'id');
+});
+my @sessions;
+for my $n (@nodes)
+{
+	push @sessions,
+	  map {
+		[ $n, $n->name . "_$_",
+			"INSERT INTO ids SELECT leaf_snowflake_next(), '" . $n->name
+			  . "' FROM generate_series(1, " . PER_SESSION . ");\n" ]
+	  } 1 .. 3;
+}
+my $res = run_sessions(300, @sessions);
+is($res->{ $_->[1] }{rc}, 0, "session $_->[1] drew its IDs without an error")
+  or diag $res->{ $_->[1] }{err}
+  for @sessions;
+my $total = 9 * PER_SESSION;
+is($coord->safe_psql('postgres', 'SELECT count(*), count(DISTINCT id) FROM ids'),
+	"$total|$total", "all $total IDs are there, none twice");
+for my $n (@nodes)
+{
+	is( $coord->safe_psql(
+			'postgres',
+			"SELECT string_agg(DISTINCT ((id >> 12) & 1023)::text, ',') FROM ids WHERE node = '"
+			  . $n->name . "'"),
+		$wid{ $n->name },
+		$n->name . "'s IDs all carry its worker id $wid{ $n->name }");
+}
+# the nodes really drew at the same time: their millisecond ranges overlap
+is( $coord->safe_psql(
+		'postgres', q{SELECT max(lo) < min(hi) FROM (SELECT min(id >> 22) lo, max(id >> 22) hi FROM ids GROUP BY node) s}),
+	't', 'the three nodes issued during a common time span');
+
+$_->stop for reverse @nodes;
+done_testing();

@@ -1,0 +1,154 @@
+# Helpers shared by the leaf_id Citus TAP tests (tests/citus/*.pl): a Citus
+# cluster of one coordinator and two workers, local PostgreSQL clusters that
+# talk to each other over 127.0.0.1, each with
+# shared_preload_libraries = 'citus,leaf_id'.
+#
+# Run the tests with scripts/test-citus.sh (Citus must be installed; that
+# script installs it from LEAF_ID_CITUS_TARBALL when it is missing).
+
+package CitusTap;
+
+use strict;
+use warnings;
+
+use Exporter 'import';
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep time);
+
+our @EXPORT = qw(
+  SHARE_TABLES_SQL
+  citus_node citus_cluster add_citus_node node_label
+  run_sessions leaf_worker_id_of
+);
+
+# The one documented set-up statement, run on the coordinator after
+# CREATE EXTENSION leaf_id: the two shared tables become reference tables
+# (a copy on every node, every write on all of them).
+use constant SHARE_TABLES_SQL =>
+  q{SELECT create_reference_table('leaf_alloc'), create_reference_table('leaf_worker')};
+
+# A started node with Citus and leaf_id preloaded, listening on 127.0.0.1
+# (besides its socket), CREATE EXTENSION citus done (Citus needs it on every
+# node). $extra: more postgresql.conf lines.
+sub citus_node
+{
+	my ($name, $extra) = @_;
+	$extra //= '';
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init;
+	$node->append_conf(
+		'postgresql.conf', qq{
+shared_preload_libraries = 'citus,leaf_id'
+listen_addresses = '127.0.0.1'
+max_worker_processes = 32
+max_connections = 300
+citus.max_adaptive_executor_pool_size = 4
+citus.shard_count = 8
+log_statement = 'none'
+log_min_messages = warning
+lc_messages = 'C'
+citus.log_remote_commands = off
+$extra
+});
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION citus');
+	return $node;
+}
+
+# The cluster: a coordinator and two workers, registered with each other
+# (citus_set_coordinator_host, citus_add_node), leaf_id created on the
+# coordinator (Citus propagates it to the workers) and its two tables made
+# reference tables (SHARE_TABLES_SQL). $opt{workers}: how many workers
+# (default 2); $opt{conf}: more postgresql.conf lines for every node.
+# Returns ($coordinator, @workers).
+sub citus_cluster
+{
+	my (%opt) = @_;
+	my $n = $opt{workers} // 2;
+	my $coord = citus_node('coord', $opt{conf});
+	my @workers = map { citus_node("worker$_", $opt{conf}) } 1 .. $n;
+	$coord->safe_psql('postgres',
+		"SELECT citus_set_coordinator_host('127.0.0.1', " . $coord->port . ')');
+	add_citus_node($coord, $_) for @workers;
+	$coord->safe_psql('postgres', 'CREATE EXTENSION leaf_id');
+	$coord->safe_psql('postgres', SHARE_TABLES_SQL);
+	return ($coord, @workers);
+}
+
+# citus_add_node of $worker, run on the coordinator.
+sub add_citus_node
+{
+	my ($coord, $worker) = @_;
+	return $coord->safe_psql('postgres',
+		"SELECT citus_add_node('127.0.0.1', " . $worker->port . ')');
+}
+
+# The node's name in test messages.
+sub node_label { return $_[0]->name }
+
+# Run @sessions at once: each is [node, name, sql]; the SQL (a script: COPY
+# FROM STDIN with its data works) runs in one psql (ON_ERROR_STOP) against the
+# node's postgres database. All start after
+# every one connected and waits on a gate (an advisory lock taken on each
+# node), so they overlap. Returns a hash name => { rc, out, err }.
+sub run_sessions
+{
+	my ($timeout, @sessions) = @_;
+	my %nodes = map { $_->[0]->name => $_->[0] } @sessions;
+	my %gates;
+	for my $name (sort keys %nodes)
+	{
+		$gates{$name} = $nodes{$name}->background_psql('postgres');
+		$gates{$name}->query_safe('SELECT pg_advisory_lock(4242)');
+	}
+	my %res;
+	for my $s (@sessions)
+	{
+		my ($node, $name, $sql) = @$s;
+		my $r = $res{$name} = { out => '', err => '' };
+		my $script = "$PostgreSQL::Test::Utils::tmp_check/$name.sql";
+		open my $fh, '>', $script or die "could not write $script: $!";
+		print $fh $sql;
+		close $fh;
+		$r->{h} = IPC::Run::start(
+			[
+				'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1',
+				'-d', $node->connstr('postgres') . " application_name=$name",
+				'-c', 'SELECT pg_advisory_lock_shared(4242); SELECT pg_advisory_unlock_shared(4242)',
+				'-f', $script
+			],
+			'<', \undef, '>', \$r->{out}, '2>', \$r->{err},
+			IPC::Run::timeout($timeout));
+	}
+	for my $name (sort keys %nodes)
+	{
+		my $want = grep { $_->[0]->name eq $name } @sessions;
+		$nodes{$name}->poll_query_until('postgres',
+			"SELECT count(*) >= $want FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objid = 4242")
+		  or die "sessions on $name did not reach the gate";
+	}
+	$gates{$_}->query_safe('SELECT pg_advisory_unlock(4242)') for sort keys %gates;
+	$_->quit for values %gates;
+	for my $s (@sessions)
+	{
+		my $r = $res{ $s->[1] };
+		my $ok = eval { $r->{h}->finish };
+		$r->{err} .= "\n$@" if $@;
+		$r->{rc} = $ok ? 0 : ((($r->{h}->full_result(0) // 256) >> 8) || 1);
+		delete $r->{h};
+	}
+	return \%res;
+}
+
+# The snowflake worker id a node's generator uses (it claims one if needed).
+sub leaf_worker_id_of
+{
+	my ($node) = @_;
+	return $node->safe_psql('postgres',
+		'SELECT (leaf_snowflake_decode(leaf_snowflake_next())).worker_id');
+}
+
+1;
