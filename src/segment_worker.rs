@@ -36,17 +36,39 @@ fn reserve(
     previous: Option<PreviousRefill>,
 ) -> Result<Reserved, JobError> {
     Spi::connect_mut(|client| {
+        // A write, not SELECT ... FOR UPDATE, locks the row: on a Citus
+        // reference table a FOR UPDATE locks only this node's copy, while a
+        // write is serialized with the writes of every other node, so the
+        // max_id it returns is the latest one (a stale read there reserved
+        // one range on two nodes).
         let row = client
             .update(
                 &format!(
-                    "SELECT max_id, step FROM {schema}.leaf_alloc \
-                     WHERE biz_tag OPERATOR(pg_catalog.=) $1 FOR UPDATE"
+                    "UPDATE {schema}.leaf_alloc SET update_time = pg_catalog.now() \
+                     WHERE biz_tag OPERATOR(pg_catalog.=) $1 RETURNING max_id, step"
                 ),
                 None,
                 &[tag.into()],
             )
             .map_err(spi_err)?;
         if row.is_empty() {
+            let exists = client
+                .select(
+                    &format!(
+                        "SELECT 1 FROM {schema}.leaf_alloc WHERE biz_tag OPERATOR(pg_catalog.=) $1"
+                    ),
+                    None,
+                    &[tag.into()],
+                )
+                .map_err(spi_err)?
+                .len()
+                > 0;
+            if exists {
+                return Err(not_recorded(
+                    tag,
+                    "the row could not be locked by an update",
+                ));
+            }
             return Err(JobError::new(
                 PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
                 format!("leaf_id tag \"{tag}\" does not exist in leaf_alloc"),
@@ -116,10 +138,10 @@ fn reserve(
             .map(|r| r.get::<i64>(1).ok().flatten())
             .collect::<Vec<_>>();
         if returned != [Some(end)] || recorded != [Some(end)] {
-            return Err(JobError::new(
-                PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-                format!(
-                    "leaf_id could not record the reservation of tag \"{tag}\" in leaf_alloc (max_id should be {end}; the update returned {returned:?}, the row has {recorded:?}): a trigger or rule on leaf_alloc changed or skipped it, and no ID is handed out that the table has not recorded"
+            return Err(not_recorded(
+                tag,
+                &format!(
+                    "max_id should be {end}; the update returned {returned:?}, the row has {recorded:?}"
                 ),
             ));
         }
@@ -130,6 +152,15 @@ fn reserve(
             table_step,
         })
     })
+}
+
+fn not_recorded(tag: &str, detail: &str) -> JobError {
+    JobError::new(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!(
+            "leaf_id could not record the reservation of tag \"{tag}\" in leaf_alloc ({detail}): a trigger or rule on leaf_alloc changed or skipped it, and no ID is handed out that the table has not recorded"
+        ),
+    )
 }
 
 /// A slot whose refill failed: when its prefetch may be tried again.
