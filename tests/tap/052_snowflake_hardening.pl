@@ -62,6 +62,10 @@ $node->safe_psql('postgres',
 	"UPDATE leaf_worker SET node_name = 'released:0', last_timestamp = $now_ms + 600000 WHERE worker_id = 0"
 );
 terminate_worker();
+# the exiting worker's close matched no row (it was released): said, not ignored
+ok( $node->wait_for_log(
+		qr/WARNING:  leaf_id: could not persist the last snowflake millisecond: the leaf_worker row of worker id 0/),
+	'a close that matches no row is logged as a WARNING');
 $r = draw_one();
 is($r->{sqlstate}, '58000',
 	'the row mark 10 minutes ahead is honoured: refused with 58000')
