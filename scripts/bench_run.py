@@ -233,20 +233,26 @@ END $f$;
 
 # ---------------------------------------------------------------- 1. bulk
 
+def timed(q, before=""):
+    """Run query q (a count) timed inside the server, after the SQL in
+    before: (microseconds, count, leaf_id counters before, after)."""
+    out = psql(before
+               + f"SELECT 'pre', {counters_sql()};\n"
+               + f"SELECT 'time', us, n FROM bench_time($q${q}$q$);\n"
+               + f"SELECT 'post', {counters_sql()};\n")
+    us, cnt = float(tagged(out, "time")[0]), int(tagged(out, "time")[1])
+    pre, post = [list(map(int, tagged(out, t))) for t in ("pre", "post")]
+    return us, cnt, pre, post
+
+
 def bench_bulk():
     n = P["n"]
     res = {k: [] for k, _, _ in GENERATORS}
     for rep in range(P["reps"]):
         for key, _, expr in rotated(GENERATORS, rep):
             q = f"SELECT count({expr}) FROM generate_series(1, {n}) g"
-            sql = (f"SELECT 'warm', count({expr}) FROM generate_series(1, 1000) g;\n"
-                   f"SELECT 'pre', {counters_sql()};\n"
-                   f"SELECT 'time', us, n FROM bench_time($q${q}$q$);\n"
-                   f"SELECT 'post', {counters_sql()};\n")
             try:
-                out = psql(sql)
-                us, cnt = float(tagged(out, "time")[0]), int(tagged(out, "time")[1])
-                pre, post = [list(map(int, tagged(out, t))) for t in ("pre", "post")]
+                us, cnt, pre, post = timed(q, f"SELECT 'warm', count({expr}) FROM generate_series(1, 1000) g;\n")
                 if cnt != n:
                     note_error(f"bulk {key} rep {rep + 1}", f"count was {cnt}, expected {n}")
                 rec = {"us": us, "count": cnt, "seg_waits": post[0] - pre[0],
@@ -539,13 +545,8 @@ def bench_batch():
     res = {k: [] for k, _ in forms}
     for rep in range(P["reps"]):
         for key, q in rotated(forms, rep):
-            sql = (f"SELECT 'pre', {counters_sql()};\n"
-                   f"SELECT 'time', us, n FROM bench_time($q${q}$q$);\n"
-                   f"SELECT 'post', {counters_sql()};\n")
             try:
-                out = psql(sql)
-                us, cnt = float(tagged(out, "time")[0]), int(tagged(out, "time")[1])
-                pre, post = [list(map(int, tagged(out, t))) for t in ("pre", "post")]
+                us, cnt, pre, post = timed(q)
                 if cnt != n:
                     note_error(f"batch {key} rep {rep + 1}", f"count was {cnt}, expected {n}")
                 res[key].append({"us": us, "count": cnt, "seg_waits": post[0] - pre[0]})

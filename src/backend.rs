@@ -138,3 +138,34 @@ pub fn shared_db() -> (&'static Shared, usize) {
     let db = my_db_slot(sh);
     (sh, db)
 }
+
+/// `n` IDs for a batch call, drawn in chunks: `take(left)` gives up to
+/// `left` consecutive IDs as `(first, count)`, `count >= 1`. NULL and
+/// negative `n` are refused.
+pub fn ids_in_chunks(
+    n: Option<i32>,
+    mut take: impl FnMut(i64) -> (i64, i64),
+) -> pgrx::iter::SetOfIterator<'static, i64> {
+    let n = match n {
+        None => raise(
+            PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+            "the number of IDs must not be NULL",
+            None,
+        ),
+        Some(n) if n < 0 => raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("the number of IDs must not be negative (got {n})"),
+            None,
+        ),
+        Some(n) => n as i64,
+    };
+    let mut ranges = Vec::new();
+    let mut left = n;
+    while left > 0 {
+        pgrx::check_for_interrupts!();
+        let (first, count) = take(left);
+        ranges.push(first..first + count);
+        left -= count;
+    }
+    pgrx::iter::SetOfIterator::new(ranges.into_iter().flatten())
+}

@@ -23,6 +23,22 @@ pub fn unix_us() -> i64 {
         .unwrap_or(0)
 }
 
+/// Sleep on this process's latch until it is set or `timeout` passes. Does
+/// not process interrupts itself: callers check for them (or for a
+/// terminate request) around it.
+pub fn wait_on_latch(timeout: std::time::Duration) {
+    use pgrx::pg_sys;
+    unsafe {
+        pg_sys::WaitLatch(
+            pg_sys::MyLatch,
+            (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
+            timeout.as_millis().max(1) as std::ffi::c_long,
+            pg_sys::PG_WAIT_EXTENSION,
+        );
+        pg_sys::ResetLatch(pg_sys::MyLatch);
+    }
+}
+
 /// Postgres timestamps count microseconds from 2000-01-01.
 const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
 

@@ -232,34 +232,8 @@ fn leaf_segment_next(tag: Option<&str>) -> i64 {
 #[pg_extern(volatile, parallel_unsafe, name = "leaf_segment_next")]
 fn leaf_segment_next_n(tag: Option<&str>, n: Option<i32>) -> SetOfIterator<'static, i64> {
     let tag = validate_tag(tag);
-    let n = validate_count(n);
     require_writable("leaf_segment_next()");
-    let mut ranges = Vec::new();
-    let mut left = n as u64;
-    while left > 0 {
-        pgrx::check_for_interrupts!();
-        let (first, count) = next_ids(tag, left.min(MAX_TAKE));
-        ranges.push(first..first + count);
-        left -= count as u64;
-    }
-    SetOfIterator::new(ranges.into_iter().flatten())
-}
-
-/// The count of a batch call: NULL and negative numbers are refused.
-pub fn validate_count(n: Option<i32>) -> i32 {
-    match n {
-        None => raise(
-            PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
-            "the number of IDs must not be NULL",
-            None,
-        ),
-        Some(n) if n < 0 => raise(
-            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("the number of IDs must not be negative (got {n})"),
-            None,
-        ),
-        Some(n) => n,
-    }
+    backend::ids_in_chunks(n, |left| next_ids(tag, (left as u64).min(MAX_TAKE)))
 }
 
 #[allow(clippy::type_complexity)]

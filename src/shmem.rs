@@ -329,7 +329,8 @@ impl Drop for LockGuard {
 
 pub struct FreeSlotsExhausted;
 
-/// Every reserved mark is in use by a database that still exists.
+/// Every reserved mark is in use (the caller may free those of dropped
+/// databases and try again).
 pub struct MarksFull;
 
 impl Shared {
@@ -486,33 +487,34 @@ impl Shared {
         unsafe { &*self.marks.add(i) }
     }
 
-    /// The end of the highest range this server lifetime reserved for the
-    /// tag (0 if none).
-    pub fn reserved_end(&self, dboid: u32, tag: &str) -> i64 {
+    /// The tag's mark, if it has one. Global lock held.
+    fn find_mark(&self, dboid: u32, tag: &str) -> Option<&ReservedMark> {
         let h = tag_hash(tag);
-        let _g = self.lock_global();
         (0..n_marks(self.n_tags))
             .map(|i| self.mark(i))
             .find(|m| m.dboid.load(SeqCst) == dboid && m.tag_hash.load(SeqCst) == h)
-            .map_or(0, |m| m.end.load(SeqCst))
+    }
+
+    /// The end of the highest range this server lifetime reserved for the
+    /// tag (0 if none).
+    pub fn reserved_end(&self, dboid: u32, tag: &str) -> i64 {
+        let _g = self.lock_global();
+        self.find_mark(dboid, tag).map_or(0, |m| m.end.load(SeqCst))
     }
 
     /// Remember that the tag's ranges now reach `end`. Call before the range
     /// is published.
     pub fn record_reserved(&self, dboid: u32, tag: &str, end: i64) -> Result<(), MarksFull> {
-        let h = tag_hash(tag);
         let _g = self.lock_global();
-        let marks = || (0..n_marks(self.n_tags)).map(|i| self.mark(i));
-        if let Some(m) =
-            marks().find(|m| m.dboid.load(SeqCst) == dboid && m.tag_hash.load(SeqCst) == h)
-        {
+        if let Some(m) = self.find_mark(dboid, tag) {
             m.end.fetch_max(end, SeqCst);
             return Ok(());
         }
-        let free = marks()
+        let free = (0..n_marks(self.n_tags))
+            .map(|i| self.mark(i))
             .find(|m| m.dboid.load(SeqCst) == 0)
             .ok_or(MarksFull)?;
-        free.tag_hash.store(h, SeqCst);
+        free.tag_hash.store(tag_hash(tag), SeqCst);
         free.end.store(end, SeqCst);
         free.dboid.store(dboid, SeqCst);
         Ok(())

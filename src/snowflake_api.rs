@@ -18,7 +18,6 @@ impl Clock for PgClock {
     }
     /// Interruptible: a cancel or terminate ends the wait with an error.
     fn sleep_ms(&self, ms: i64) {
-        use pgrx::pg_sys;
         let until = std::time::Instant::now() + std::time::Duration::from_millis(ms.max(0) as u64);
         loop {
             pgrx::check_for_interrupts!();
@@ -26,16 +25,7 @@ impl Clock for PgClock {
             if left.is_zero() {
                 return;
             }
-            unsafe {
-                pg_sys::WaitLatch(
-                    pg_sys::MyLatch,
-                    (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH)
-                        as i32,
-                    left.as_millis().max(1) as std::ffi::c_long,
-                    pg_sys::PG_WAIT_EXTENSION,
-                );
-                pg_sys::ResetLatch(pg_sys::MyLatch);
-            }
+            crate::clock::wait_on_latch(left);
         }
     }
     fn check_interrupts(&self) {
@@ -186,17 +176,8 @@ fn leaf_snowflake_next() -> i64 {
 /// one compare-and-swap (up to 4,096 IDs).
 #[pg_extern(volatile, parallel_unsafe, name = "leaf_snowflake_next")]
 fn leaf_snowflake_next_n(n: Option<i32>) -> SetOfIterator<'static, i64> {
-    let n = crate::segment_api::validate_count(n);
     require_writable("leaf_snowflake_next()");
-    let mut ranges = Vec::new();
-    let mut left = n as i64;
-    while left > 0 {
-        pgrx::check_for_interrupts!();
-        let (first, count) = next_ids(left);
-        ranges.push(first..first + count);
-        left -= count;
-    }
-    SetOfIterator::new(ranges.into_iter().flatten())
+    backend::ids_in_chunks(n, next_ids)
 }
 
 /// STABLE: the answer depends on leaf_id.epoch_ms. For an index or a

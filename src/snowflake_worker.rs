@@ -63,10 +63,10 @@ fn lease_ahead() -> Result<i64, JobError> {
     Ok(ahead as i64)
 }
 
-/// Worker ids the generators of the other databases of this server use.
+/// Worker ids the generators of the other databases of this server use
+/// (hold the global lock for an answer that stays true).
 fn used_by_other_databases(db: usize) -> Vec<i64> {
     let sh = shared().expect("shared memory");
-    let _g = sh.lock_global();
     (0..sh.n_dbs())
         .filter(|&d| d != db && sh.db(d).dboid.load(SeqCst) != 0)
         .filter_map(|d| {
@@ -145,14 +145,7 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
                         ),
                     ));
                 }
-                ClaimPlan::UsedByOtherDatabase(id) => {
-                    return Err(JobError::new(
-                        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-                        format!(
-                            "snowflake worker id {id} is already used by another database of this server; give each database its own leaf_id.worker_id (ALTER DATABASE ... SET is not read by the worker: use leaf_id.node_name per database or distinct registry rows)"
-                        ),
-                    ));
-                }
+                ClaimPlan::UsedByOtherDatabase(id) => return Err(used_by_other_database(id)),
                 ClaimPlan::Full => {
                     return Err(JobError::new(
                         PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
@@ -178,9 +171,6 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
             "could not claim a snowflake worker id: leaf_worker kept changing",
         ))
     })?;
-    if other_database_uses(db, worker_id) {
-        return Err(used_by_other_database(worker_id));
-    }
     let same_id =
         slot.worker_id.load(SeqCst) == worker_id as i32 && slot.generator.worker_id() == worker_id;
     // within one lifetime the generator's own state goes on (same id); the
@@ -225,15 +215,6 @@ pub struct Claimed {
     node: String,
 }
 
-fn other_database_uses(db: usize, worker_id: i64) -> bool {
-    let sh = shared().expect("shared memory");
-    (0..sh.n_dbs()).any(|d| {
-        d != db
-            && sh.db(d).dboid.load(SeqCst) != 0
-            && sh.db(d).worker_id.load(SeqCst) == worker_id as i32
-    })
-}
-
 fn used_by_other_database(id: i64) -> JobError {
     JobError::new(
         PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
@@ -252,7 +233,7 @@ pub fn publish_claim(db: usize, c: &Claimed) -> Result<(), JobError> {
     let slot = sh.db(db);
     {
         let _g = sh.lock_global();
-        if other_database_uses(db, c.worker_id) {
+        if used_by_other_databases(db).contains(&c.worker_id) {
             return Err(used_by_other_database(c.worker_id));
         }
         slot.worker_id.store(c.worker_id as i32, SeqCst);
@@ -409,12 +390,8 @@ impl SnowflakeJobs {
             }
             slot.generator.close(crate::snowflake_api::epoch());
             let db = ctx.db;
-            let result = in_transaction(|schema| claim(schema, db));
-            if ctx.stopping() {
-                // terminated: the commit may not have reached a standby
-                return;
-            }
-            let result = result.and_then(|c| publish_claim(db, &c).map(|()| c));
+            let result = in_transaction(|schema| claim(schema, db))
+                .and_then(|c| publish_claim(db, &c).map(|()| c));
             let _g = sh.lock_db(ctx.db);
             match result {
                 Ok(claimed) => {
@@ -443,10 +420,9 @@ impl SnowflakeJobs {
                 self.last_heartbeat = Some(Instant::now());
                 let db = ctx.db;
                 match in_transaction(|schema| renew(schema, db)) {
-                    // never a lease a terminated worker's commit may not
-                    // have replicated
-                    Ok(mark) if !ctx.stopping() => slot.generator.lease_ms.store(mark, SeqCst),
-                    Ok(_) => {}
+                    // in_transaction refuses a commit that a synchronous
+                    // standby has not confirmed
+                    Ok(mark) => slot.generator.lease_ms.store(mark, SeqCst),
                     Err(e) => {
                         ctx.note(&e);
                         let _g = sh.lock_db(ctx.db);

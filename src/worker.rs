@@ -53,9 +53,8 @@ impl WorkerContext {
     }
 
     /// Was the worker told to terminate (SIGTERM: shutdown, or
-    /// pg_terminate_backend)? A commit that the signal cut short while it
-    /// waited for a synchronous standby is durable here but maybe not on the
-    /// standby: its range or lease must not be used.
+    /// pg_terminate_backend)? (A commit whose wait for a synchronous standby
+    /// the signal cut short is refused by `in_transaction`.)
     pub fn stopping(&self) -> bool {
         unsafe { (&raw const pg_sys::ProcDiePending).read_volatile() != 0 }
     }
@@ -168,21 +167,9 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
             .flatten()
             .fold(Duration::from_millis(1000), Duration::min)
             .max(Duration::from_millis(1));
-        wait(timeout);
-    }
-}
-
-/// Sleep until the latch is set or the timeout passes. Unlike pgrx's
-/// wait_latch it does not process interrupts: a SIGTERM is seen by the loop,
-/// which closes the generator and persists its last millisecond first.
-fn wait(timeout: Duration) {
-    unsafe {
-        pg_sys::WaitLatch(
-            pg_sys::MyLatch,
-            (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
-            timeout.as_millis() as std::ffi::c_long,
-            pg_sys::PG_WAIT_EXTENSION,
-        );
-        pg_sys::ResetLatch(pg_sys::MyLatch);
+        // not pgrx's wait_latch, which processes interrupts: a SIGTERM must
+        // reach the loop, which closes the generator and persists its last
+        // millisecond first
+        crate::clock::wait_on_latch(timeout);
     }
 }
