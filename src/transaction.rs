@@ -40,6 +40,9 @@ pub(crate) fn spi_err(e: pgrx::spi::SpiError) -> JobError {
 
 pub const EXTENSION_GONE: &str = "extension leaf_id is not installed in this database";
 
+/// The catalog version (the extension's SQL objects) this library serves.
+pub const CATALOG_VERSION: &str = env!("CARGO_PKG_VERSION");
+
 /// The settings the worker's session forces, over whatever the database,
 /// the role or postgresql.conf set (`ALTER DATABASE ... SET` included).
 pub const FORCED_SETTINGS: &[(&CStr, &CStr)] = &[
@@ -93,8 +96,15 @@ pub(crate) fn in_transaction<T>(
     let result = PgTryBuilder::new(move || {
         let committed_ref = committed_ref;
         let job = job;
-        let result = match extension_schema() {
-            Some(schema) => (job.0)(&schema),
+        let result = match installed_extension() {
+            Some((schema, version)) if version == CATALOG_VERSION => (job.0)(&schema),
+            Some((_, version)) => Err(JobError::new(
+                PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                format!(
+                    "leaf_id's library {CATALOG_VERSION} cannot serve its catalog of version {version} in this database: \
+                     run ALTER EXTENSION leaf_id UPDATE"
+                ),
+            )),
             None => Err(JobError::new(
                 PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
                 EXTENSION_GONE,
@@ -152,14 +162,16 @@ fn commit_replicated() -> bool {
     }
 }
 
-/// The extension's schema, quoted; None when it is not installed.
-fn extension_schema() -> Option<String> {
-    Spi::get_one::<String>(
-        "SELECT pg_catalog.quote_ident(n.nspname::pg_catalog.text) \
+/// The extension's schema (quoted) and version; None when it is not
+/// installed. The library is shared by every version's SQL, so a job first
+/// checks that the tables have the shape it writes.
+fn installed_extension() -> Option<(String, String)> {
+    Spi::get_two::<String, String>(
+        "SELECT pg_catalog.quote_ident(n.nspname::pg_catalog.text), e.extversion::pg_catalog.text \
          FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n \
          ON n.oid OPERATOR(pg_catalog.=) e.extnamespace \
          WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'::pg_catalog.name",
     )
     .ok()
-    .flatten()
+    .and_then(|(schema, version)| Some((schema?, version?)))
 }
