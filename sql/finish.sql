@@ -27,6 +27,10 @@ COMMENT ON FUNCTION leaf_snowflake_status() IS
   'Snowflake generator of this database: worker id and its source, clock marks, rollback events.';
 COMMENT ON VIEW leaf_snowflake_status IS
   'Snowflake generator of this database: worker id and its source, clock marks, rollback events.';
+COMMENT ON FUNCTION leaf_id_worker_row_conflict(integer, text, bigint) IS
+  'Internal: raises an error; the worker''s guarded updates of leaf_worker call it on a copy whose row is not as expected.';
+COMMENT ON FUNCTION leaf_id_alloc_row_conflict(text, bigint) IS
+  'Internal: raises an error; the worker''s guarded refills call it on a copy of leaf_alloc whose max_id differs.';
 COMMENT ON FUNCTION leaf_id_reset_cache() IS
   'Drops the segments this database has cached in shared memory (their unused IDs become gaps) and re-claims the snowflake worker id. Run by CREATE EXTENSION.';
 
@@ -40,6 +44,8 @@ REVOKE EXECUTE ON FUNCTION leaf_segment_status(), leaf_snowflake_status() FROM P
 GRANT SELECT ON leaf_segment_status, leaf_snowflake_status TO pg_monitor;
 GRANT EXECUTE ON FUNCTION leaf_segment_status(), leaf_snowflake_status() TO pg_monitor;
 REVOKE EXECUTE ON FUNCTION leaf_id_reset_cache() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION leaf_id_worker_row_conflict(integer, text, bigint),
+  leaf_id_alloc_row_conflict(text, bigint) FROM PUBLIC;
 REVOKE ALL ON leaf_alloc, leaf_worker FROM PUBLIC;
 
 -- a database that had leaf_id before must not reuse what was cached from the dropped tables

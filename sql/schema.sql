@@ -26,7 +26,8 @@ CREATE TABLE leaf_worker (
     last_timestamp bigint,
     epoch_ms       bigint,
     heartbeat_at   timestamptz,
-    created_at     timestamptz NOT NULL DEFAULT now()
+    created_at     timestamptz NOT NULL DEFAULT now(),
+    owner_token    bigint
 );
 SELECT pg_catalog.pg_extension_config_dump('leaf_worker', '');
 
@@ -36,3 +37,4 @@ COMMENT ON COLUMN leaf_worker.node_name IS 'Node identity: leaf_id.node_name, or
 COMMENT ON COLUMN leaf_worker.last_timestamp IS 'Persisted high-water mark (Unix ms): no ID of this worker id has a later millisecond.';
 COMMENT ON COLUMN leaf_worker.epoch_ms IS 'leaf_id.epoch_ms in force when last_timestamp was written (a changed epoch moves the mark).';
 COMMENT ON COLUMN leaf_worker.heartbeat_at IS 'Time of the last renewal of last_timestamp.';
+COMMENT ON COLUMN leaf_worker.owner_token IS 'Random token of the server lifetime that holds the id (NULL: closed cleanly or released); tells apart servers with one node name, such as a physical copy.';

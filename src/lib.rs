@@ -5,13 +5,15 @@
 //! `settings` (GUCs), `shmem` (shared memory), `clock` (time conversions), `worker` (the
 //! background worker's loop), `segment_worker` and `snowflake_worker` (its jobs),
 //! `transaction` (its hardened session and transactions), `backend` (waiting on it),
-//! `segment_api` and `snowflake_api` (the SQL functions), `errors`.
+//! `segment_api` and `snowflake_api` (the SQL functions), `guard_api` (checks
+//! run on every copy of a table by the worker's updates), `errors`.
 
 use pgrx::prelude::*;
 
 pub mod backend;
 pub mod clock;
 pub mod errors;
+pub mod guard_api;
 pub mod segment;
 pub mod segment_api;
 pub mod segment_worker;

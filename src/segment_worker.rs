@@ -114,11 +114,22 @@ fn reserve(
         // exactly this row must now say `end`: a trigger that skips or
         // changes the update, or a rule, must not let a range be published
         // that the table did not record
+        // the row is locked (above): every copy of it must still say
+        // `max_id`, or the statement fails (guard_api; a 0.1.0 catalog has
+        // no guard function and matches in the WHERE clause)
+        let set_max_id = if crate::transaction::catalog_is_legacy() {
+            "$2 WHERE biz_tag OPERATOR(pg_catalog.=) $1 AND max_id OPERATOR(pg_catalog.=) $3".to_string()
+        } else {
+            format!(
+                "CASE WHEN max_id OPERATOR(pg_catalog.=) $3 THEN $2 \
+                 ELSE {schema}.leaf_id_alloc_row_conflict(biz_tag, max_id) END \
+                 WHERE biz_tag OPERATOR(pg_catalog.=) $1"
+            )
+        };
         let updated = client
             .update(
                 &format!(
-                    "UPDATE {schema}.leaf_alloc SET max_id = $2, update_time = pg_catalog.now() \
-                     WHERE biz_tag OPERATOR(pg_catalog.=) $1 AND max_id OPERATOR(pg_catalog.=) $3 \
+                    "UPDATE {schema}.leaf_alloc SET update_time = pg_catalog.now(), max_id = {set_max_id} \
                      RETURNING max_id"
                 ),
                 None,

@@ -201,9 +201,14 @@ fn n_marks(n_tags: usize) -> usize {
 struct Header {
     n_dbs: u32,
     n_tags: u32,
+    /// Random, per lifetime of the shared memory (a server start, or its
+    /// reinitialisation after a crash): written into the leaf_worker row this
+    /// server claims, so a physical copy with the same node name is told apart.
+    owner_token: i64,
 }
 
 pub struct Shared {
+    header: *mut Header,
     dbs: *mut DbSlot,
     tags: *mut TagSlot,
     marks: *mut ReservedMark,
@@ -292,6 +297,7 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
             let header = base as *mut Header;
             (*header).n_dbs = n_dbs as u32;
             (*header).n_tags = n_tags as u32;
+            (*header).owner_token = new_owner_token();
             let dbs = base.add(dbs_at) as *mut DbSlot;
             for i in 0..n_dbs {
                 pg_sys::ConditionVariableInit((*dbs.add(i)).cv.get());
@@ -302,6 +308,7 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
         let locks = pg_sys::GetNamedLWLockTranche(TRANCHE.as_ptr());
         pg_sys::LWLockRelease(&raw mut (*pg_sys::MainLWLockArray.add(21)).lock);
         SHARED = Some(Shared {
+            header: base as *mut Header,
             dbs: base.add(dbs_at) as *mut DbSlot,
             tags: base.add(tags_at) as *mut TagSlot,
             marks: base.add(marks_at) as *mut ReservedMark,
@@ -310,6 +317,18 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
             locks,
         });
     }
+}
+
+/// A random positive token (0 stands for "no owner" in SQL comparisons).
+unsafe fn new_owner_token() -> i64 {
+    let mut buf = [0u8; 8];
+    let ok = unsafe { pg_sys::pg_strong_random(buf.as_mut_ptr().cast(), buf.len()) };
+    let mut token = i64::from_ne_bytes(buf) & i64::MAX;
+    if !ok || token == 0 {
+        // no strong randomness: time and pid still differ between servers
+        token = (crate::clock::unix_us() ^ (unsafe { pg_sys::MyProcPid } as i64) << 40) & i64::MAX | 1;
+    }
+    token
 }
 
 /// The shared region, or None when the library was not preloaded.
@@ -334,6 +353,11 @@ pub struct FreeSlotsExhausted;
 pub struct MarksFull;
 
 impl Shared {
+    /// This server lifetime's owner token (see `Header::owner_token`).
+    pub fn owner_token(&self) -> i64 {
+        unsafe { (*self.header).owner_token }
+    }
+
     pub fn n_tags(&self) -> usize {
         self.n_tags
     }

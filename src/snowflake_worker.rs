@@ -9,9 +9,10 @@
 //! re-claim, and a close lowers the row only to what was really issued.
 
 use crate::clock::clock_ms;
+use crate::errors::code_of;
 use crate::settings;
 use crate::shmem::{SnowflakeState, shared};
-use crate::snowflake::claim::{self, ClaimPlan, RegistryRow, Take};
+use crate::snowflake::claim::{self, ClaimPlan, OwnRow, RegistryRow, Take};
 use crate::transaction::{JobError, in_transaction, spi_err};
 use crate::worker::WorkerContext;
 use pgrx::prelude::*;
@@ -19,10 +20,15 @@ use pgrx::spi::{Spi, SpiClient};
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
-fn registry(client: &SpiClient, schema: &str) -> Result<Vec<RegistryRow>, JobError> {
+/// The registry, read with a fresh snapshot (an `update` call: a read-only
+/// SPI query would reuse the transaction's first snapshot, and the claim
+/// reads again after waiting).
+fn registry(client: &mut SpiClient, schema: &str) -> Result<Vec<RegistryRow>, JobError> {
     let rows = client
-        .select(
-            &format!("SELECT worker_id, node_name FROM {schema}.leaf_worker"),
+        .update(
+            &format!(
+                "SELECT worker_id, node_name, owner_token, last_timestamp FROM {schema}.leaf_worker"
+            ),
             None,
             &[],
         )
@@ -32,6 +38,8 @@ fn registry(client: &SpiClient, schema: &str) -> Result<Vec<RegistryRow>, JobErr
             Some(RegistryRow {
                 worker_id: r.get::<i32>(1).ok().flatten()? as i64,
                 node_name: r.get::<String>(2).ok().flatten()?,
+                owner_token: r.get::<i64>(3).ok().flatten(),
+                mark: r.get::<i64>(4).ok().flatten(),
             })
         })
         .collect())
@@ -79,8 +87,12 @@ fn used_by_other_databases(db: usize) -> Vec<i64> {
 /// Claim (or re-take) this node's worker id and persist a first mark. The
 /// generator is closed (`SnowflakeJobs::claim`).
 pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
+    if crate::transaction::catalog_is_legacy() {
+        return Err(crate::transaction::needs_current_catalog("snowflake mode"));
+    }
     let sh = shared().expect("shared memory");
     let slot = sh.db(db);
+    let token = sh.owner_token();
     let node = settings::node_name();
     let configured = configured_worker_id();
     let ahead = lease_ahead()?;
@@ -92,25 +104,56 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
                 let got = match take {
                     Take::Insert(id) => client.update(
                         &format!(
-                            "INSERT INTO {schema}.leaf_worker (worker_id, node_name) VALUES ($1, $2) \
+                            "INSERT INTO {schema}.leaf_worker (worker_id, node_name, owner_token) VALUES ($1, $2, $3) \
                              ON CONFLICT DO NOTHING RETURNING worker_id"
                         ),
                         None,
-                        &[(id as i32).into(), node.as_str().into()],
+                        &[(id as i32).into(), node.as_str().into(), token.into()],
                     ),
                     Take::TakeOver(id) => client.update(
                         &format!(
-                            "UPDATE {schema}.leaf_worker SET node_name = $2 \
+                            "UPDATE {schema}.leaf_worker SET node_name = $2, owner_token = $4 \
                              WHERE worker_id OPERATOR(pg_catalog.=) $1 AND node_name OPERATOR(pg_catalog.=) $3 RETURNING worker_id"
                         ),
                         None,
-                        &[(id as i32).into(), node.as_str().into(), claim::released_name(id).as_str().into()],
+                        &[(id as i32).into(), node.as_str().into(), claim::released_name(id).as_str().into(), token.into()],
                     ),
                 };
                 Ok(!got.map_err(spi_err)?.is_empty())
             };
             let id = match claim::plan(&rows, &node, configured, &used_here) {
-                ClaimPlan::Reuse(id) => id,
+                ClaimPlan::Reuse(id) => {
+                    let row = rows.iter().find(|r| r.worker_id == id).expect("planned from rows");
+                    match claim::own_row(row, token, clock_ms()) {
+                        OwnRow::Mine => id,
+                        OwnRow::TakeBack => {
+                            if !take_back(client, schema, row, token)? {
+                                continue; // the row changed meanwhile: plan again
+                            }
+                            id
+                        }
+                        OwnRow::LeaseLive { until_ms } => {
+                            // this server before a crash, or a live copy of
+                            // it: a live holder renews every heartbeat
+                            // interval (a slow job of its worker may delay
+                            // that by a lock_timeout), so watch the row
+                            // until its lease passes or for that long
+                            let watch_end = (until_ms + 1).min(
+                                clock_ms()
+                                    + 2 * settings::HEARTBEAT_INTERVAL.get() as i64
+                                    + WORKER_LOCK_TIMEOUT_MS,
+                            );
+                            // a row that changed, while watched or before
+                            // the take-back, has a live holder
+                            if !row_unchanged_until(client, schema, row, watch_end)?
+                                || !take_back(client, schema, row, token)?
+                            {
+                                return Err(held_by_live_server(id, &node));
+                            }
+                            id
+                        }
+                    }
+                }
                 ClaimPlan::Take(t) => {
                     if !take(client, t)? {
                         continue; // another node took it first: plan again
@@ -121,7 +164,7 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
                     // keep the old id's row and mark for whoever takes it next
                     client
                         .update(
-                            &format!("UPDATE {schema}.leaf_worker SET node_name = $3 WHERE worker_id OPERATOR(pg_catalog.=) $1 AND node_name OPERATOR(pg_catalog.=) $2"),
+                            &format!("UPDATE {schema}.leaf_worker SET node_name = $3, owner_token = NULL WHERE worker_id OPERATOR(pg_catalog.=) $1 AND node_name OPERATOR(pg_catalog.=) $2"),
                             None,
                             &[(release as i32).into(), node.as_str().into(), claim::released_name(release).as_str().into()],
                         )
@@ -205,6 +248,83 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
     })
 }
 
+/// Take this node's own row from a holder that can no longer issue (see
+/// `OwnRow::TakeBack`): a compare-and-set on the (token, mark) read, so a
+/// holder that renewed meanwhile keeps it. False if the row changed.
+fn take_back(
+    client: &mut SpiClient,
+    schema: &str,
+    row: &RegistryRow,
+    token: i64,
+) -> Result<bool, JobError> {
+    let got = client
+        .update(
+            &format!(
+                "UPDATE {schema}.leaf_worker SET owner_token = $4 \
+                 WHERE worker_id OPERATOR(pg_catalog.=) $1 AND node_name OPERATOR(pg_catalog.=) $2 \
+                 AND COALESCE(owner_token, 0) OPERATOR(pg_catalog.=) $3 \
+                 AND COALESCE(last_timestamp, -1) OPERATOR(pg_catalog.=) $5 \
+                 RETURNING worker_id"
+            ),
+            None,
+            &[
+                (row.worker_id as i32).into(),
+                row.node_name.as_str().into(),
+                row.owner_token.unwrap_or(0).into(),
+                token.into(),
+                row.mark.unwrap_or(-1).into(),
+            ],
+        )
+        .map_err(spi_err)?;
+    if !got.is_empty() {
+        pgrx::log!(
+            "leaf_id: took snowflake worker id {} of node \"{}\" back from owner token {:?} (lease end {:?})",
+            row.worker_id,
+            row.node_name,
+            row.owner_token,
+            row.mark
+        );
+    }
+    Ok(!got.is_empty())
+}
+
+fn held_by_live_server(id: i64, node: &str) -> JobError {
+    JobError::new(
+        PgSqlErrorCode::ERRCODE_OBJECT_IN_USE,
+        format!(
+            "snowflake worker id {id} of node \"{node}\" is held by another live server: it renewed the lease while this server watched its leaf_worker row"
+        ),
+    )
+}
+
+/// The worker session's lock_timeout (`FORCED_SETTINGS`).
+const WORKER_LOCK_TIMEOUT_MS: i64 = 5000;
+
+/// Read the row again and again (interruptibly, with fresh snapshots) until
+/// the snowflake clock reaches `until_ms`: false as soon as its owner token
+/// or mark differs from `row`.
+fn row_unchanged_until(
+    client: &mut SpiClient,
+    schema: &str,
+    row: &RegistryRow,
+    until_ms: i64,
+) -> Result<bool, JobError> {
+    loop {
+        let now = registry(client, schema)?
+            .into_iter()
+            .find(|r| r.worker_id == row.worker_id);
+        if now.as_ref() != Some(row) {
+            return Ok(false);
+        }
+        let left = until_ms - clock_ms();
+        if left <= 0 {
+            return Ok(true);
+        }
+        pgrx::check_for_interrupts!();
+        crate::clock::wait_on_latch(Duration::from_millis(left.min(100) as u64));
+    }
+}
+
 /// A committed claim, to publish to shared memory.
 pub struct Claimed {
     worker_id: i64,
@@ -253,19 +373,28 @@ pub fn publish_claim(db: usize, c: &Claimed) -> Result<(), JobError> {
 }
 
 /// Write the mark; the generator may use it only after the commit. Returns
-/// the row's mark after the update (never below `mark`).
+/// the row's mark after the update (never below `mark`). Every copy of the
+/// row must still be this server's (node name and owner token), or the
+/// statement fails (guard_api).
 fn persist(schema: &str, worker_id: i64, node: &str, mark: i64) -> Result<i64, JobError> {
+    if crate::transaction::catalog_is_legacy() {
+        return Err(crate::transaction::needs_current_catalog("snowflake mode"));
+    }
+    let token = shared().expect("shared memory").owner_token();
     let updated = Spi::connect_mut(|client| {
         client
             .update(
                 &format!(
-                    "UPDATE {schema}.leaf_worker SET last_timestamp = GREATEST(last_timestamp, $1), epoch_ms = $4, \
-                     heartbeat_at = pg_catalog.now() \
-                     WHERE worker_id OPERATOR(pg_catalog.=) $2 AND node_name OPERATOR(pg_catalog.=) $3 \
+                    "UPDATE {schema}.leaf_worker SET last_timestamp = \
+                     CASE WHEN node_name OPERATOR(pg_catalog.=) $3 AND owner_token OPERATOR(pg_catalog.=) $5 \
+                     THEN GREATEST(last_timestamp, $1) \
+                     ELSE {schema}.leaf_id_worker_row_conflict(worker_id, node_name, owner_token) END, \
+                     epoch_ms = $4, heartbeat_at = pg_catalog.now() \
+                     WHERE worker_id OPERATOR(pg_catalog.=) $2 \
                      RETURNING last_timestamp"
                 ),
                 None,
-                &[mark.into(), (worker_id as i32).into(), node.into(), crate::snowflake_api::epoch().into()],
+                &[mark.into(), (worker_id as i32).into(), node.into(), crate::snowflake_api::epoch().into(), token.into()],
             )
             .map_err(spi_err)
             .map(|t| if t.len() != 1 { None } else { t.first().get::<i64>(1).ok().flatten() })
@@ -309,19 +438,28 @@ pub fn close_and_persist(db: usize) {
     let mark = last.max(slot.generator.floor_ms.load(SeqCst));
     let worker_id = slot.generator.worker_id();
     let node = slot.node_name();
+    let token = shared().expect("shared memory").owner_token();
     let result = in_transaction(|schema| {
+        if crate::transaction::catalog_is_legacy() {
+            return Err(crate::transaction::needs_current_catalog("snowflake mode"));
+        }
         Spi::connect_mut(|client| {
             client
                 .update(
+                    // the owner token goes too: a restart takes the row
+                    // back at once, and so may a copy of this server
                     &format!(
                         "UPDATE {schema}.leaf_worker SET last_timestamp = \
-                         CASE WHEN last_timestamp OPERATOR(pg_catalog.>) $5 THEN last_timestamp ELSE $1 END, \
-                         epoch_ms = $4, heartbeat_at = pg_catalog.now() \
-                         WHERE worker_id OPERATOR(pg_catalog.=) $2 AND node_name OPERATOR(pg_catalog.=) $3 \
+                         CASE WHEN node_name OPERATOR(pg_catalog.<>) $3 OR owner_token IS NULL \
+                         OR owner_token OPERATOR(pg_catalog.<>) $6 \
+                         THEN {schema}.leaf_id_worker_row_conflict(worker_id, node_name, owner_token) \
+                         WHEN last_timestamp OPERATOR(pg_catalog.>) $5 THEN last_timestamp ELSE $1 END, \
+                         owner_token = NULL, epoch_ms = $4, heartbeat_at = pg_catalog.now() \
+                         WHERE worker_id OPERATOR(pg_catalog.=) $2 \
                          RETURNING last_timestamp"
                     ),
                     None,
-                    &[mark.into(), (worker_id as i32).into(), node.as_str().into(), epoch.into(), lease.into()],
+                    &[mark.into(), (worker_id as i32).into(), node.as_str().into(), epoch.into(), lease.into(), token.into()],
                 )
                 .map_err(spi_err)
                 .map(|t| if t.len() != 1 { None } else { t.first().get::<i64>(1).ok().flatten() })
@@ -431,6 +569,13 @@ impl SnowflakeJobs {
                             "leaf_id: snowflake high-water mark renewal failed: {}",
                             e.message
                         );
+                        if e.sqlstate == code_of(PgSqlErrorCode::ERRCODE_OBJECT_IN_USE) {
+                            // the row is no longer ours (released, or taken
+                            // over after our lease ran out): claim again;
+                            // the generator is closed first
+                            slot.snowflake_state
+                                .store(SnowflakeState::Requested as u32, SeqCst);
+                        }
                     }
                 }
                 sh.broadcast(ctx.db);

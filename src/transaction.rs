@@ -43,6 +43,29 @@ pub const EXTENSION_GONE: &str = "extension leaf_id is not installed in this dat
 /// The catalog version (the extension's SQL objects) this library serves.
 pub const CATALOG_VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// The one older catalog the library still serves, for segment mode only:
+/// 0.1.0's leaf_worker has no owner_token, which snowflake mode needs.
+pub const LEGACY_CATALOG: &str = "0.1.0";
+
+thread_local! {
+    static JOB_CATALOG_IS_LEGACY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Is the running job's database still on `LEGACY_CATALOG`?
+pub fn catalog_is_legacy() -> bool {
+    JOB_CATALOG_IS_LEGACY.with(|c| c.get())
+}
+
+/// The error of a job that needs the current catalog.
+pub fn needs_current_catalog(what: &str) -> JobError {
+    JobError::new(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!(
+            "{what} needs leaf_id's catalog version {CATALOG_VERSION}; this database has {LEGACY_CATALOG}: run ALTER EXTENSION leaf_id UPDATE"
+        ),
+    )
+}
+
 /// The settings the worker's session forces, over whatever the database,
 /// the role or postgresql.conf set (`ALTER DATABASE ... SET` included).
 pub const FORCED_SETTINGS: &[(&CStr, &CStr)] = &[
@@ -97,7 +120,10 @@ pub(crate) fn in_transaction<T>(
         let committed_ref = committed_ref;
         let job = job;
         let result = match installed_extension() {
-            Some((schema, version)) if version == CATALOG_VERSION => (job.0)(&schema),
+            Some((schema, version)) if version == CATALOG_VERSION || version == LEGACY_CATALOG => {
+                JOB_CATALOG_IS_LEGACY.with(|c| c.set(version == LEGACY_CATALOG));
+                (job.0)(&schema)
+            }
             Some((_, version)) => Err(JobError::new(
                 PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
                 format!(

@@ -19,10 +19,15 @@ pub fn released_name(worker_id: i64) -> String {
     format!("{RELEASED_PREFIX}{worker_id}")
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RegistryRow {
     pub worker_id: i64,
     pub node_name: String,
+    /// The owner token of the server lifetime that holds the id; None once
+    /// it closed cleanly or released the id.
+    pub owner_token: Option<i64>,
+    /// Persisted high-water mark (Unix ms): the holder's lease end.
+    pub mark: Option<i64>,
 }
 
 impl RegistryRow {
@@ -133,6 +138,34 @@ fn plan_in_registry(
     }
 }
 
+/// What a server does with the row under its own node name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnRow {
+    /// Its own token: a re-claim within this server lifetime.
+    Mine,
+    /// No holder (closed cleanly), or a holder whose lease has run out, so it
+    /// issues nothing more (a live holder renews its lease ahead of its
+    /// clock): take the row with a compare-and-set on (token, mark). Whoever
+    /// held it cannot renew after that, and the new floor is its lease end.
+    TakeBack,
+    /// Another token with a lease that runs to `until_ms`: this server before
+    /// a crash, or another live server with the same node name (a physical
+    /// copy, a promoted standby). Look again once the lease has passed: if
+    /// it was renewed meanwhile, the holder is alive.
+    LeaseLive { until_ms: i64 },
+}
+
+pub fn own_row(row: &RegistryRow, my_token: i64, now_ms: i64) -> OwnRow {
+    match row.owner_token {
+        Some(t) if t == my_token => OwnRow::Mine,
+        None => OwnRow::TakeBack,
+        Some(_) => match row.mark {
+            Some(until_ms) if until_ms >= now_ms => OwnRow::LeaseLive { until_ms },
+            _ => OwnRow::TakeBack,
+        },
+    }
+}
+
 /// The persisted mark, moved to the current epoch: a mark `m` persisted
 /// under epoch `e_old` bounds IDs whose time part is at most `m - e_old`, so
 /// under epoch `e_new` only milliseconds above `m - e_old + e_new` are new.
@@ -168,8 +201,35 @@ mod tests {
             .map(|&(worker_id, n)| RegistryRow {
                 worker_id,
                 node_name: n.to_string(),
+                ..Default::default()
             })
             .collect()
+    }
+
+    #[test]
+    fn own_row_is_taken_back_only_when_no_live_holder_can_renew_it() {
+        let row = |owner_token, mark| RegistryRow {
+            worker_id: 3,
+            node_name: "n".into(),
+            owner_token,
+            mark,
+        };
+        // this lifetime's own row
+        assert_eq!(own_row(&row(Some(7), Some(5_000)), 7, 1_000), OwnRow::Mine);
+        // closed cleanly (or a 0.1.0 row): nobody holds it
+        assert_eq!(own_row(&row(None, Some(5_000)), 7, 1_000), OwnRow::TakeBack);
+        // another lifetime whose lease ran out: it cannot issue any more
+        assert_eq!(own_row(&row(Some(8), Some(999)), 7, 1_000), OwnRow::TakeBack);
+        assert_eq!(own_row(&row(Some(8), None), 7, 1_000), OwnRow::TakeBack);
+        // another lifetime within its lease, to the millisecond: maybe alive
+        assert_eq!(
+            own_row(&row(Some(8), Some(1_000)), 7, 1_000),
+            OwnRow::LeaseLive { until_ms: 1_000 }
+        );
+        assert_eq!(
+            own_row(&row(Some(8), Some(4_000)), 7, 1_000),
+            OwnRow::LeaseLive { until_ms: 4_000 }
+        );
     }
 
     #[test]
@@ -212,6 +272,7 @@ mod tests {
             .map(|i| RegistryRow {
                 worker_id: i,
                 node_name: format!("n{i}"),
+                ..Default::default()
             })
             .collect();
         assert_eq!(plan(&all, "new", None, &[]), ClaimPlan::Full);

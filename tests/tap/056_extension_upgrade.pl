@@ -1,0 +1,143 @@
+# leaf_id extension upgrades (issue 9 item 2): a database created with
+# 0.1.0's SQL (sql/leaf_id--0.1.0.sql, kept in the repository) is updated with
+# ALTER EXTENSION leaf_id UPDATE.
+#  - On the 0.1.0 catalog the new library serves segment mode and refuses
+#    snowflake mode with 55000 naming the fix.
+#  - After the update, segment IDs go on above everything drawn before and
+#    snowflake mode works.
+#  - The updated catalog equals a fresh install: every member object of the
+#    extension (tables with columns, constraints, indexes and comments;
+#    functions with their definitions, comments and privileges; views) is
+#    listed in both databases and compared.
+#  - A catalog version the library does not know is refused with 55000.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use SegmentTap qw(try_sql);
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('upgrade');
+$node->init;
+$node->append_conf('postgresql.conf',
+	"shared_preload_libraries = 'leaf_id'\nlc_messages = 'C'\nlog_min_messages = warning\n");
+$node->start;
+my $version = $node->safe_psql('postgres',
+	"SELECT default_version FROM pg_available_extensions WHERE name = 'leaf_id'");
+isnt($version, '0.1.0', "premise: the default version ($version) is newer than 0.1.0");
+like($node->safe_psql('postgres',
+		"SELECT string_agg(version, ',' ORDER BY version) FROM pg_available_extension_versions WHERE name = 'leaf_id'"),
+	qr/^0\.1\.0,/, '0.1.0 is still installable');
+
+$node->safe_psql('postgres', 'CREATE DATABASE upgraded');
+$node->safe_psql('postgres', 'CREATE DATABASE fresh');
+$node->safe_psql('upgraded', q{
+CREATE EXTENSION leaf_id VERSION '0.1.0';
+INSERT INTO leaf_alloc (biz_tag, step) VALUES ('u', 10);
+CREATE TABLE ids (phase int, id bigint);
+});
+is($node->safe_psql('upgraded', "SELECT extversion FROM pg_extension WHERE extname = 'leaf_id'"),
+	'0.1.0', 'the database has the 0.1.0 catalog');
+
+# --- on the 0.1.0 catalog ---------------------------------------------------
+my $r = try_sql($node, 'upgraded',
+	"INSERT INTO ids SELECT 1, leaf_segment_next('u') FROM generate_series(1, 95)");
+is($r->{ret}, 0, 'segment mode works on the 0.1.0 catalog') or diag $r->{err};
+$r = try_sql($node, 'upgraded', 'SELECT leaf_snowflake_next()');
+is($r->{sqlstate}, '55000', 'snowflake mode on the 0.1.0 catalog: refused with 55000') or diag $r->{err};
+like($r->{err}, qr/needs leaf_id's catalog version \Q$version\E; this database has 0\.1\.0: run ALTER EXTENSION leaf_id UPDATE/,
+	'the refusal names the versions and the fix');
+
+# --- update -----------------------------------------------------------------
+$node->safe_psql('upgraded', 'ALTER EXTENSION leaf_id UPDATE');
+is($node->safe_psql('upgraded', "SELECT extversion FROM pg_extension WHERE extname = 'leaf_id'"),
+	$version, "ALTER EXTENSION leaf_id UPDATE moved the catalog to $version");
+$r = try_sql($node, 'upgraded',
+	"INSERT INTO ids SELECT 2, leaf_segment_next('u') FROM generate_series(1, 95)");
+is($r->{ret}, 0, 'segment IDs after the update') or diag $r->{err};
+is( $node->safe_psql('upgraded',
+		'SELECT (SELECT min(id) FROM ids WHERE phase = 2) > (SELECT max(id) FROM ids WHERE phase = 1)'),
+	't', 'every segment ID after the update is above every ID before it');
+$r = try_sql($node, 'upgraded',
+	'INSERT INTO ids SELECT 3, leaf_snowflake_next() FROM generate_series(1, 1000)');
+is($r->{ret}, 0, 'snowflake mode works after the update') or diag $r->{err};
+is($node->safe_psql('upgraded', 'SELECT count(*) - count(DISTINCT id) FROM ids'), '0',
+	'no ID twice');
+
+# --- the updated catalog equals a fresh install --------------------------------
+$node->safe_psql('fresh', 'CREATE EXTENSION leaf_id');
+# Every object of the extension, described by what defines it. Names of
+# constraints and indexes are included; OIDs and the database name are not.
+my $describe = q{
+WITH members AS (
+  SELECT d.classid, d.objid
+  FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'leaf_id'
+  WHERE d.deptype = 'e')
+SELECT line FROM (
+  -- functions: full definition, comment, privileges
+  SELECT 'function ' || pg_get_functiondef(p.oid) || ' comment=' || coalesce(obj_description(p.oid, 'pg_proc'), '-')
+         || ' acl=' || coalesce(p.proacl::text, '-') AS line
+  FROM members m JOIN pg_proc p ON m.classid = 'pg_proc'::regclass AND p.oid = m.objid
+  UNION ALL
+  -- tables and views: kind, comment, privileges, view definition
+  SELECT 'relation ' || c.relname || ' kind=' || c.relkind::text || ' comment=' || coalesce(obj_description(c.oid, 'pg_class'), '-')
+         || ' acl=' || coalesce(c.relacl::text, '-')
+         || coalesce(' view=' || pg_get_viewdef(c.oid), '')
+  FROM members m JOIN pg_class c ON m.classid = 'pg_class'::regclass AND c.oid = m.objid
+  UNION ALL
+  -- columns, in order
+  SELECT 'column ' || c.relname || '.' || a.attnum || ' ' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+         || ' notnull=' || a.attnotnull || ' default=' || coalesce(pg_get_expr(ad.adbin, ad.adrelid), '-')
+         || ' comment=' || coalesce(col_description(c.oid, a.attnum), '-')
+  FROM members m JOIN pg_class c ON m.classid = 'pg_class'::regclass AND c.oid = m.objid
+  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+  LEFT JOIN pg_attrdef ad ON ad.adrelid = c.oid AND ad.adnum = a.attnum
+  UNION ALL
+  SELECT 'constraint ' || c.relname || ' ' || co.conname || ' ' || pg_get_constraintdef(co.oid)
+  FROM members m JOIN pg_class c ON m.classid = 'pg_class'::regclass AND c.oid = m.objid
+  JOIN pg_constraint co ON co.conrelid = c.oid
+  UNION ALL
+  SELECT 'index ' || pg_get_indexdef(i.indexrelid)
+  FROM members m JOIN pg_class c ON m.classid = 'pg_class'::regclass AND c.oid = m.objid
+  JOIN pg_index i ON i.indrelid = c.oid
+  UNION ALL
+  SELECT 'trigger ' || t.tgname FROM members m JOIN pg_trigger t ON m.classid = 'pg_class'::regclass AND t.tgrelid = m.objid
+  UNION ALL
+  -- tables whose rows pg_dump saves
+  SELECT 'config ' || c::regclass::text FROM pg_extension e, unnest(e.extconfig) c WHERE e.extname = 'leaf_id'
+  UNION ALL
+  SELECT 'member ' || pg_describe_object(m.classid, m.objid, 0) FROM members m
+) x ORDER BY line};
+my $upgraded = $node->safe_psql('upgraded', $describe);
+my $fresh = $node->safe_psql('fresh', $describe);
+cmp_ok(scalar(split /\n/, $fresh), '>', 30, 'premise: the description lists the catalog');
+if ($upgraded eq $fresh)
+{
+	pass('the updated catalog equals a fresh install of ' . $version);
+}
+else
+{
+	my %u = map { $_ => 1 } split /\n/, $upgraded;
+	my %f = map { $_ => 1 } split /\n/, $fresh;
+	fail('the updated catalog equals a fresh install of ' . $version);
+	diag 'only after the update: ' . join("\n  ", grep { !$f{$_} } sort keys %u);
+	diag 'only in a fresh install: ' . join("\n  ", grep { !$u{$_} } sort keys %f);
+}
+
+# --- a catalog version the library does not serve -------------------------------
+$node->safe_psql('fresh', q{
+INSERT INTO leaf_alloc (biz_tag, step) VALUES ('v', 10);
+UPDATE pg_extension SET extversion = '9.9.9' WHERE extname = 'leaf_id'});
+$r = try_sql($node, 'fresh', "SELECT leaf_segment_next('v')");
+is($r->{sqlstate}, '55000', 'an unknown catalog version is refused with 55000') or diag $r->{err};
+like($r->{err}, qr/library \Q$version\E cannot serve its catalog of version 9\.9\.9/,
+	'the refusal names both versions');
+$node->safe_psql('fresh', "UPDATE pg_extension SET extversion = '$version' WHERE extname = 'leaf_id'");
+$r = try_sql($node, 'fresh', "SELECT leaf_segment_next('v')");
+is($r->{ret}, 0, 'with its own version back, the catalog is served') or diag $r->{err};
+
+$node->stop;
+done_testing();
