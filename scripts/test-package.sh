@@ -34,7 +34,9 @@ restore() {
 }
 trap restore EXIT
 
-DEB=$(bash scripts/package.sh | tee /dev/stderr | tail -n 1)
+out=$(bash scripts/package.sh)
+echo "$out"
+DEB=$(tail -n 1 <<<"$out")
 [ -f "$DEB" ] || fail "scripts/package.sh made no package"
 VERSION=$(dpkg-deb -f "$DEB" Version)
 echo "test-package: $(basename "$DEB")"
