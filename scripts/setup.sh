@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs what leaf_id needs on a Debian bookworm machine, as root, idempotently:
 # PostgreSQL 15 and its server headers, clang (for pgrx), Perl's IPC::Run (TAP
-# tests), sudo (cargo pgrx test --runas), cargo-pgrx 0.18.1, and registers the
-# system PostgreSQL with pgrx. Arguments: more Debian packages to install
-# (e.g. python3-matplotlib for scripts/bench.sh).
+# tests), sudo (cargo pgrx test --runas), dpkg-dev (scripts/package.sh),
+# psycopg 3, psycopg2 and SQLAlchemy for Debian's python3 (examples/python),
+# cargo-pgrx 0.18.1, and registers the system PostgreSQL with pgrx.
+# Arguments: more Debian packages to install (e.g. python3-matplotlib for
+# scripts/bench.sh).
 #
 # Prerequisite it does not install: Rust with cargo, version 1.85 or newer
 # (leaf_id uses edition 2024), e.g. from https://rustup.rs. Debian bookworm's
@@ -28,7 +30,8 @@ if [ "$(printf '%s\n' "$MIN_CARGO" "${cargo_version%%-*}" | sort -V | head -n 1)
 fi
 
 need_pkgs=()
-for p in postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang libipc-run-perl sudo pkg-config make "$@"; do
+for p in postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang libipc-run-perl sudo pkg-config make \
+  dpkg-dev python3-psycopg python3-psycopg2 python3-sqlalchemy "$@"; do
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

@@ -4,8 +4,11 @@
 #     runs both (the unit tests also run alone with `cargo test --lib`)
 #  3. pg_regress suite in pg_test/ (SQL + expected output)
 #  4. real-client tests (tests/client, Rust `postgres` crate)
-#  5. TAP tests in tests/tap (crashes, restarts, clock, several databases)
-#  6. Citus suite in tests/citus (coordinator + two workers); builds and installs
+#  5. the Debian package (scripts/package.sh): apt-get install, IDs, removal;
+#     puts the plain install back
+#  6. client examples in examples/ (Python psycopg + SQLAlchemy, Rust postgres)
+#  7. TAP tests in tests/tap (crashes, restarts, clock, several databases)
+#  8. Citus suite in tests/citus (coordinator + two workers); builds and installs
 #     Citus from LEAF_ID_CITUS_TARBALL when it is missing, else a SKIP line
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +34,12 @@ if [ -f tests/client/Cargo.toml ]; then
   echo "== client tests"
   bash scripts/test-client.sh
 fi
+
+echo "== Debian package"
+bash scripts/test-package.sh
+
+echo "== client examples"
+bash scripts/test-examples.sh
 
 if compgen -G "tests/tap/*.pl" >/dev/null; then
   echo "== TAP tests"

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Runs the client examples in examples/ (Python: psycopg 3 and SQLAlchemy;
+# Rust: the postgres crate) against a throwaway cluster with leaf_id
+# installed and preloaded (target/examples-cluster, port EXAMPLES_PORT,
+# default 28881), each in its own fresh database. Exits non-zero when any
+# example fails. Needs the Debian packages python3-psycopg, python3-psycopg2
+# and python3-sqlalchemy (scripts/setup.sh installs them); runs Debian's
+# /usr/bin/python3, which is the interpreter those packages serve.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+export PATH="$HOME/.cargo/bin:$PATH"
+. scripts/cluster.sh
+DATA=$ROOT/target/examples-cluster
+PORT=${EXAMPLES_PORT:-28881}
+PYTHON=/usr/bin/python3
+RUST_MANIFEST=$ROOT/examples/rust/Cargo.toml
+# its own target directory: the example is a standalone crate
+export CARGO_TARGET_DIR=$ROOT/target/examples
+
+# build first, before the cluster is up
+cargo build --quiet --manifest-path "$RUST_MANIFEST"
+
+mkdir -p "$ROOT/target"; ensure_postgres_can_reach "$ROOT/target"
+cluster_stop "$DATA" immediate # a leftover of an interrupted run
+cluster_init "$DATA" "$PORT"
+trap 'cluster_stop "$DATA" fast' EXIT
+cluster_start "$DATA"
+echo "test-examples: throwaway cluster $DATA on port $PORT"
+
+passed=0 failed=0
+run_example() {
+  local name=$1 db=$2
+  shift 2
+  as_pg "$PGBIN/createdb" -h 127.0.0.1 -p "$PORT" -U postgres "$db"
+  echo "-- $name"
+  if LEAF_ID_URL="postgresql://postgres@127.0.0.1:$PORT/$db" timeout 120 "$@"; then
+    passed=$((passed + 1))
+  else
+    echo "test-examples: $name FAILED"
+    failed=$((failed + 1))
+  fi
+}
+run_example "python (examples/python/orders.py)" python_example "$PYTHON" examples/python/orders.py
+run_example "rust (examples/rust)" rust_example cargo run --quiet --manifest-path "$RUST_MANIFEST"
+
+if [ "$failed" -ne 0 ]; then
+  echo "test-examples: leaf_id lines and server errors from $DATA/server.log:"
+  grep -E 'leaf_id|ERROR|PANIC|FATAL' "$DATA/server.log" | tail -n 20 || true
+fi
+echo "examples: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
