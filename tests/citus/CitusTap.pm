@@ -32,13 +32,14 @@ use constant SHARE_TABLES_SQL =>
 
 # A started node with Citus and leaf_id preloaded, listening on 127.0.0.1
 # (besides its socket), CREATE EXTENSION citus done (Citus needs it on every
-# node). $extra: more postgresql.conf lines.
+# node). $extra: more postgresql.conf lines; %init: options of
+# PostgreSQL::Test::Cluster::init (allows_streaming => 1 for copies).
 sub citus_node
 {
-	my ($name, $extra) = @_;
+	my ($name, $extra, %init) = @_;
 	$extra //= '';
 	my $node = PostgreSQL::Test::Cluster->new($name);
-	$node->init;
+	$node->init(%init);
 	$node->append_conf(
 		'postgresql.conf', qq{
 shared_preload_libraries = 'citus,leaf_id'
@@ -62,14 +63,16 @@ $extra
 # (citus_set_coordinator_host, citus_add_node), leaf_id created on the
 # coordinator (Citus propagates it to the workers) and its two tables made
 # reference tables (SHARE_TABLES_SQL). $opt{workers}: how many workers
-# (default 2); $opt{conf}: more postgresql.conf lines for every node.
+# (default 2); $opt{conf}: more postgresql.conf lines for every node;
+# $opt{init}: a hash of options for every node's init.
 # Returns ($coordinator, @workers).
 sub citus_cluster
 {
 	my (%opt) = @_;
 	my $n = $opt{workers} // 2;
-	my $coord = citus_node('coord', $opt{conf});
-	my @workers = map { citus_node("worker$_", $opt{conf}) } 1 .. $n;
+	my %init = %{ $opt{init} // {} };
+	my $coord = citus_node('coord', $opt{conf}, %init);
+	my @workers = map { citus_node("worker$_", $opt{conf}, %init) } 1 .. $n;
 	$coord->safe_psql('postgres',
 		"SELECT citus_set_coordinator_host('127.0.0.1', " . $coord->port . ')');
 	add_citus_node($coord, $_) for @workers;

@@ -1,0 +1,154 @@
+# leaf_id on Citus, issue 8 item 4: physical copies of a node.
+#
+# A promoted standby of worker1 (while worker1 is alive) and a pg_basebackup
+# clone of worker2 started as a server of its own (while worker2 is alive).
+# Each copy listens on 127.0.0.2 with the port of its original, so it shares
+# the original's default node identity (system identifier and port) and
+# believes, from its copied Citus metadata, that it is that node.
+#  - A copy never issues snowflake IDs with the worker id its original holds:
+#    it sees a live holder (another owner token renewing the row) or its
+#    guarded update is refused by the other copies of the reference table.
+#  - The originals keep issuing snowflake and segment IDs.
+#  - No segment or snowflake ID is issued twice across all five servers.
+#  - With the copies gone, a restarted original gets its own id back.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use lib "$FindBin::RealBin/../tap";
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+use CitusTap;
+use SegmentTap qw(try_sql);
+use SnowflakeTap qw(default_node_name);
+
+my ($coord, @workers) = citus_cluster(
+	conf => "leaf_id.refill_timeout = 8000\n",
+	init => { allows_streaming => 1 });
+my ($w1, $w2) = @workers;
+$coord->safe_psql('postgres', q{
+INSERT INTO leaf_alloc (biz_tag, step) VALUES ('copy', 10);
+CREATE TABLE ids (node text, mode text, id bigint);
+SELECT create_distributed_table('ids', 'id');
+});
+my %wid = map { $_->name => leaf_worker_id_of($_) } ($coord, $w1, $w2);
+
+# A copy of $orig: streaming standby or plain clone, on 127.0.0.2 with the
+# original's port and its own socket directory.
+sub copy_of
+{
+	my ($orig, $name, %opt) = @_;
+	$orig->backup("${name}_backup");
+	my $copy = PostgreSQL::Test::Cluster->new($name, port => $orig->port, own_host => 1);
+	$copy->init_from_backup($orig, "${name}_backup", has_streaming => $opt{standby} ? 1 : 0);
+	$copy->append_conf('postgresql.conf', "listen_addresses = '127.0.0.2'\n");
+	# Citus made a key for SSL; the copy of the backup loosened its mode
+	my $key = $copy->data_dir . '/server.key';
+	chmod(0600, $key) if -e $key;
+	$copy->start;
+	return $copy;
+}
+
+# Draw $n IDs of a mode on $node into ids; returns the try_sql result.
+sub draw
+{
+	my ($node, $label, $mode, $n) = @_;
+	my $f = $mode eq 'segment' ? q{leaf_segment_next('copy')} : 'leaf_snowflake_next()';
+	return try_sql($node, 'postgres',
+		"INSERT INTO ids SELECT '$label', '$mode', $f FROM generate_series(1, $n) RETURNING id");
+}
+
+my $standby = copy_of($w1, 'w1copy', standby => 1);
+$w1->wait_for_catchup($standby, 'replay', $w1->lsn('flush'));
+my $clone = copy_of($w2, 'w2copy');
+is(default_node_name($standby), default_node_name($w1), 'the standby shares worker1\'s default node name');
+is(default_node_name($clone), default_node_name($w2), 'the clone shares worker2\'s default node name');
+$standby->promote;
+$standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
+  or die 'the standby was not promoted';
+
+# The copies and the originals draw at the same time, for about 12 s (longer
+# than a lease plus the watch of a claim).
+my %issued = map { $_ => 0 } qw(w1copy w2copy worker1 worker2 coord);
+my %refused = map { $_ => [] } keys %issued;
+my @copy_snowflake_ids;
+my %ids = (segment => [], snowflake => []);
+my $deadline = time + 12;
+while (time < $deadline)
+{
+	for my $pair ([ $w1, 'worker1' ], [ $w2, 'worker2' ], [ $coord, 'coord' ],
+		[ $standby, 'w1copy' ], [ $clone, 'w2copy' ])
+	{
+		my ($n, $label) = @$pair;
+		for my $mode ('snowflake', 'segment')
+		{
+			# a copy's IDs are kept in its own, diverged tables: read them back
+			my $r = draw($n, $label, $mode, 20);
+			if ($r->{ret} == 0)
+			{
+				$issued{$label}++;
+				push @{ $ids{$mode} }, split /\n/, $r->{out};
+				push @copy_snowflake_ids, split /\n/, $r->{out}
+				  if $label =~ /copy/ && $mode eq 'snowflake';
+			}
+			else { push @{ $refused{$label} }, "$mode: " . ($r->{sqlstate} // 'none') . ' ' . $r->{err} }
+		}
+	}
+}
+note "batches issued: " . join(', ', map { "$_=$issued{$_}" } sort keys %issued);
+note "first refusal of $_: " . ($refused{$_}[0] // '-') for sort keys %refused;
+
+for my $label ('worker1', 'worker2', 'coord')
+{
+	is(scalar @{ $refused{$label} }, 0, "$label issued all the while (nothing refused)")
+	  or diag explain $refused{$label};
+}
+my %copy_wid;
+for my $id (@copy_snowflake_ids)
+{
+	$copy_wid{ ($id >> 12) & 1023 }++;
+}
+ok(!exists $copy_wid{ $wid{worker1} } && !exists $copy_wid{ $wid{worker2} },
+	'no copy issued a snowflake ID with its original\'s worker id')
+  or diag explain \%copy_wid;
+for my $copy ('w1copy', 'w2copy')
+{
+	my @snow = grep { /^snowflake/ } @{ $refused{$copy} };
+	ok(@snow > 0, "$copy: its snowflake calls were refused")
+	  or diag "refusals: " . join("\n", @{ $refused{$copy} });
+	ok(!grep({ !/(55006|XX001|55000|57014|55P03)/ } @snow),
+		"$copy: refused with a clear SQLSTATE")
+	  or diag explain \@snow;
+}
+
+# Every batch that succeeded returned its IDs (RETURNING): none twice, over
+# all five servers. (A copy's rows went partly into its own diverged shards.)
+my $dups = 0;
+for my $mode ('segment', 'snowflake')
+{
+	my %n;
+	$n{$_}++ for @{ $ids{$mode} };
+	$dups += grep { $n{$_} > 1 } keys %n;
+}
+cmp_ok(scalar @{ $ids{segment} }, '>', 0, 'premise: segment IDs were issued');
+is($dups, 0, 'no segment or snowflake ID was issued twice by the five servers');
+
+# With the copies gone, a restart of an original gets its own id back.
+$standby->stop('immediate');
+$clone->stop('immediate');
+$w1->restart;
+my $r;
+for (1 .. 100)
+{
+	$r = try_sql($w1, 'postgres', 'SELECT (leaf_snowflake_decode(leaf_snowflake_next())).worker_id');
+	last if $r->{ret} == 0;
+	usleep(200_000);
+}
+is($r->{out}, $wid{worker1}, 'worker1 restarted gets its own worker id back') or diag $r->{err};
+is(draw($w2, 'worker2', 'snowflake', 10)->{ret}, 0, 'worker2 still issues');
+
+$_->stop for ($coord, @workers);
+done_testing();
