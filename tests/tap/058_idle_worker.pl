@@ -236,4 +236,38 @@ $r = try_sql($node, 'postgres', 'DROP DATABASE stay');
 is($r->{ret}, 0, 'and DROP DATABASE works') or diag $r->{err};
 
 $node->stop;
+
+# --- one background worker slot in all: the worker that left gives its slot
+# to the next one (a call right after it left may find the slot not yet
+# given back by the postmaster, and tries again for a moment)
+my $tight = leaf_node(
+	'idle_worker_one_slot', q{
+leaf_id.worker_idle_timeout = 300
+max_worker_processes = 1
+max_parallel_workers = 0
+max_logical_replication_workers = 0
+log_min_messages = log
+});
+$tight->safe_psql('postgres',
+	"INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('t', 1, 100)");
+$sql = '';
+for my $i (1 .. 20)
+{
+	$sql .=
+	    "SELECT leaf_segment_next('t') || ' ' || leaf_snowflake_next();\n"
+	  . "DO \$\$ BEGIN PERFORM pg_sleep(0.25 + random() * 0.4); END \$\$;\n";
+}
+$c = start_client($tight, 'postgres', 'one_slot', $sql);
+finish_clients(120, $c);
+is($c->{rc}, 0, 'one worker slot: every call around the idle deadline succeeded')
+  or diag $c->{stderr};
+my @pairs = split /\n/, slurp_file($c->{out});
+is(scalar @pairs, 20, 'one worker slot: all 20 calls returned IDs');
+is_deeply([ duplicates(map { (split / /)[0] } @pairs) ], [],
+	'one worker slot: no segment ID twice');
+is_deeply([ duplicates(map { (split / /)[1] } @pairs) ], [],
+	'one worker slot: no snowflake ID twice');
+my $starts = () = slurp_file($tight->logfile) =~ /leaf_id worker started/g;
+cmp_ok($starts, '>=', 4, "one worker slot: the worker was started $starts times");
+$tight->stop;
 done_testing();
