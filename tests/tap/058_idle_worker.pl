@@ -247,6 +247,8 @@ max_worker_processes = 1
 max_parallel_workers = 0
 max_logical_replication_workers = 0
 log_min_messages = log
+leaf_id.heartbeat_interval = 60000
+leaf_id.lease_ahead = 120000
 });
 $tight->safe_psql('postgres',
 	"INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('t', 1, 100)");
@@ -269,5 +271,43 @@ is_deeply([ duplicates(map { (split / /)[1] } @pairs) ], [],
 	'one worker slot: no snowflake ID twice');
 my $starts = () = slurp_file($tight->logfile) =~ /leaf_id worker started/g;
 cmp_ok($starts, '>=', 4, "one worker slot: the worker was started $starts times");
+
+# a call that waits for the worker at the moment it leaves: a session holds
+# leaf_worker's row lock, so the leaving worker, its generator already
+# closed, waits to write its last millisecond; a snowflake call meanwhile
+# finds the generator closed and waits. The lock goes, the worker writes and
+# leaves, and the waiting call is served by the next worker, in the one
+# worker slot the leaving one gives back. (No heartbeat in between: 60 s.)
+$tight->safe_psql('postgres',
+	'ALTER SYSTEM SET leaf_id.worker_idle_timeout = 3000; SELECT pg_reload_conf()');
+my $worker_state = sub {
+	$tight->safe_psql('postgres',
+		"SELECT wait_event_type FROM pg_stat_activity WHERE backend_type = 'leaf_id worker'");
+};
+ok(wait_until(20, sub { worker_pid($tight, 'postgres') eq '' }),
+	'one worker slot: the worker left after the calls');
+my $before = $tight->safe_psql('postgres',
+	'SELECT max(leaf_snowflake_next()) FROM generate_series(1, 10)');
+my $locker = session($tight, 'postgres');
+session_query($locker, 'BEGIN; SELECT worker_id FROM leaf_worker FOR UPDATE;');
+ok(wait_until(20, sub { $worker_state->() eq 'Lock' }),
+	'the idle worker closed the generator and waits for the row lock to write its mark');
+my $waiter = start_client($tight, 'postgres', 'waiter',
+	"SELECT leaf_snowflake_next();\n");
+ok( wait_until(
+		4,
+		sub {
+			$tight->safe_psql('postgres',
+				"SELECT wait_event_type FROM pg_stat_activity WHERE application_name = 'waiter'"
+			) eq 'Extension';
+		}),
+	'a snowflake call waits for the worker meanwhile');
+session_query($locker, 'ROLLBACK');
+$locker->quit;
+finish_clients(30, $waiter);
+is($waiter->{rc}, 0, 'the call that waited while the worker left is served')
+  or diag $waiter->{stderr};
+my ($waited) = client_ids($waiter);
+cmp_ok($waited // 0, '>', $before, 'with an ID above the ones before');
 $tight->stop;
 done_testing();
