@@ -6,10 +6,11 @@
 //! dynamic background worker), one per database; it exits when leaf_id is
 //! dropped from the database, and leaves the database after
 //! `leaf_id.worker_idle_timeout` without work (a connected worker blocks
-//! DROP DATABASE, CREATE DATABASE ... TEMPLATE and ALTER DATABASE ... RENAME);
-//! the next call that needs it starts it again. This file only schedules: the jobs live with
-//! their mode (`segment_worker`, `snowflake_worker`), the session and
-//! transaction handling in `transaction`.
+//! DROP DATABASE, CREATE DATABASE ... TEMPLATE and ALTER DATABASE ...
+//! RENAME); the next call that needs it starts it again. This file only
+//! schedules: the jobs live with their mode (`segment_worker`,
+//! `snowflake_worker`), the session and transaction handling in
+//! `transaction`.
 
 use crate::segment_worker::SegmentJobs;
 use crate::shmem::{Shared, SnowflakeState, shared};
@@ -258,8 +259,7 @@ impl Idle {
             self.seen = usage;
             self.since = Instant::now();
         }
-        (timeout > 0).then(|| {
-            Duration::from_millis(timeout as u64).saturating_sub(self.since.elapsed())
-        })
+        (timeout > 0)
+            .then(|| Duration::from_millis(timeout as u64).saturating_sub(self.since.elapsed()))
     }
 }

@@ -125,9 +125,7 @@ fn plan_in_registry(
             let free =
                 (0..=MAX_WORKER_ID).find(|id| !owned.contains(id) && !used_here.contains(id));
             match (own, free) {
-                (Some(r), _) if !used_here.contains(&r.worker_id) => {
-                    ClaimPlan::Reuse(r.worker_id)
-                }
+                (Some(r), _) if !used_here.contains(&r.worker_id) => ClaimPlan::Reuse(r.worker_id),
                 // the registry is a copy of the one of another database of
                 // this server (CREATE DATABASE ... TEMPLATE, a restore), whose
                 // generator issues with this id: move to a free one, keeping
