@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 /// A worker registered but not attached after this long is registered again.
 const WORKER_START_GRACE_MS: i64 = 10_000;
+/// Registrations tried, 20 ms apart, before "no background worker slot".
+const START_ATTEMPTS: u32 = 50;
 
 pub fn my_dboid() -> u32 {
     unsafe { pg_sys::MyDatabaseId.to_u32() }
@@ -86,7 +88,17 @@ pub fn ensure_worker(sh: &Shared, db: usize) {
         }
         slot.worker_requested_at.store(now, SeqCst);
     }
-    if !worker::start_dynamic(my_dboid()) {
+    // a worker that has just left (idle) holds its background worker slot
+    // until the postmaster has reaped it: with no spare slot, try again
+    // for a moment before calling it a configuration limit
+    let started = (0..START_ATTEMPTS).any(|attempt| {
+        if attempt > 0 {
+            pgrx::check_for_interrupts!();
+            crate::clock::wait_on_latch(Duration::from_millis(20));
+        }
+        worker::start_dynamic(my_dboid())
+    });
+    if !started {
         slot.worker_requested_at.store(0, SeqCst);
         raise(
             PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,

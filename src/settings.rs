@@ -9,6 +9,7 @@ pub static SEGMENT_DURATION: GucSetting<i32> = GucSetting::<i32>::new(900);
 pub static MAX_STEP: GucSetting<i32> = GucSetting::<i32>::new(1_000_000);
 pub static REFILL_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 pub static TAG_RESYNC_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(60);
+pub static WORKER_IDLE_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(60_000);
 
 pub static WORKER_ID: GucSetting<i32> = GucSetting::<i32>::new(-1);
 pub static NODE_NAME: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
@@ -66,6 +67,16 @@ pub fn register(preloading: bool) {
         86_400,
         GucContext::Sighup,
         GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
+        c"leaf_id.worker_idle_timeout",
+        c"How long a database's background worker stays without work before it leaves the database; 0 = it never leaves.",
+        c"Idle means no ID of either mode drawn, no refill and no claim asked for. Leaving closes the snowflake generator as a clean shutdown does; the next call that needs the worker starts it again. While it is connected, DROP DATABASE (without FORCE), CREATE DATABASE ... TEMPLATE and ALTER DATABASE ... RENAME of its database fail.",
+        &WORKER_IDLE_TIMEOUT,
+        0,
+        i32::MAX,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
     );
     GucRegistry::define_int_guc(
         c"leaf_id.worker_id",

@@ -96,6 +96,9 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
     let node = settings::node_name();
     let configured = configured_worker_id();
     let ahead = lease_ahead()?;
+    // a dropped database's generator no longer needs its id (its slot stays
+    // until reclaimed; with idle workers, DROP DATABASE needs no FORCE)
+    crate::backend::reclaim_dropped_databases(sh);
     let used_here = used_by_other_databases(db);
     let (worker_id, persisted) = Spi::connect_mut(|client| {
         for _attempt in 0..10 {
@@ -170,6 +173,9 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
                         )
                         .map_err(spi_err)?;
                     if !take(client, t)? {
+                        if configured.is_none() {
+                            continue; // another node took it first: plan again
+                        }
                         return Err(JobError::new(
                             PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
                             format!(

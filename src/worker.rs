@@ -4,9 +4,13 @@
 //!
 //! Started on demand by the first backend of a database that needs it (a
 //! dynamic background worker), one per database; it exits when leaf_id is
-//! dropped from the database. This file only schedules: the jobs live with
-//! their mode (`segment_worker`, `snowflake_worker`), the session and
-//! transaction handling in `transaction`.
+//! dropped from the database, and leaves the database after
+//! `leaf_id.worker_idle_timeout` without work (a connected worker blocks
+//! DROP DATABASE, CREATE DATABASE ... TEMPLATE and ALTER DATABASE ...
+//! RENAME); the next call that needs it starts it again. This file only
+//! schedules: the jobs live with their mode (`segment_worker`,
+//! `snowflake_worker`), the session and transaction handling in
+//! `transaction`.
 
 use crate::segment_worker::SegmentJobs;
 use crate::shmem::{Shared, SnowflakeState, shared};
@@ -73,11 +77,6 @@ unsafe extern "C-unwind" fn detach(_code: i32, arg: pg_sys::Datum) {
         // an error exit may hold LWLocks; ours are needed below
         unsafe { pg_sys::LWLockReleaseAll() };
         let db = sh.db(arg.value());
-        // give the database's tag slots back (DROP DATABASE ... WITH (FORCE)
-        // ends the worker): cached ranges become gaps, the next worker refills
-        sh.free_tags_of(db.dboid.load(SeqCst));
-        db.worker_latch.store(std::ptr::null_mut(), SeqCst);
-        db.worker_pid.store(0, SeqCst);
         // no renewals without a worker: nothing more is issued, and the next
         // worker claims again
         db.generator.close(crate::snowflake_api::epoch());
@@ -85,6 +84,15 @@ unsafe extern "C-unwind" fn detach(_code: i32, arg: pg_sys::Datum) {
             db.snowflake_state
                 .store(SnowflakeState::NotRequested as u32, SeqCst);
         }
+        // give the database's tag slots back (idle exit, or DROP DATABASE
+        // ... WITH (FORCE) ends the worker): cached ranges become gaps, the
+        // next worker refills. Kept ranges could outlive the database: a
+        // later database with its OID would take them
+        sh.free_tags_of(db.dboid.load(SeqCst));
+        // last: a backend starts the next worker only once the pid is 0, and
+        // that worker must not meet any of the teardown above
+        db.worker_latch.store(std::ptr::null_mut(), SeqCst);
+        db.worker_pid.store(0, SeqCst);
         sh.broadcast(arg.value());
     }
 }
@@ -133,12 +141,10 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
     let mut segments = SegmentJobs::new();
     let mut snowflake = SnowflakeJobs::new();
     let mut last_check = Instant::now();
+    let mut idle = Idle::new();
     loop {
         if ctx.stopping() {
-            // no more interrupts: the last mark is written, and a wait for
-            // a synchronous standby ends at once (ProcDiePending)
-            unsafe { pg_sys::InterruptHoldoffCount += 1 };
-            crate::snowflake_worker::close_and_persist(db);
+            close_for_exit(db);
             break;
         }
         if BackgroundWorker::sighup_received() {
@@ -162,7 +168,20 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
             sh.free_tags_of(dboid);
             break;
         }
-        let timeout = [segments.next_due(), snowflake.timeout(&ctx)]
+        let idle_left = idle.left(&ctx);
+        if idle_left == Some(Duration::ZERO) {
+            pgrx::log!(
+                "leaf_id worker for database {} leaves it: idle for leaf_id.worker_idle_timeout ({} ms)",
+                dboid,
+                crate::settings::WORKER_IDLE_TIMEOUT.get()
+            );
+            // as on a clean shutdown; calls meanwhile (a closed generator, a
+            // refill request) find no worker once it has gone and start the
+            // next one; the cached ranges become gaps (`detach`)
+            close_for_exit(db);
+            break;
+        }
+        let timeout = [segments.next_due(), snowflake.timeout(&ctx), idle_left]
             .into_iter()
             .flatten()
             .fold(Duration::from_millis(1000), Duration::min)
@@ -171,5 +190,76 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
         // reach the loop, which closes the generator and persists its last
         // millisecond first
         crate::clock::wait_on_latch(timeout);
+    }
+}
+
+/// Before a clean exit (SIGTERM, or idle): close the snowflake generator and
+/// persist its exact last millisecond. No more interrupts: the last mark is
+/// written, and a wait for a synchronous standby ends at once
+/// (ProcDiePending).
+fn close_for_exit(db: usize) {
+    unsafe { pg_sys::InterruptHoldoffCount += 1 };
+    crate::snowflake_worker::close_and_persist(db);
+}
+
+/// Is the worker idle: nothing drawn, refilled, claimed or asked for during
+/// `leaf_id.worker_idle_timeout`? Watched from the worker's side only (state
+/// words the callers change anyway), so the hot paths do nothing more.
+struct Idle {
+    since: Instant,
+    seen: Vec<u64>,
+}
+
+impl Idle {
+    fn new() -> Idle {
+        Idle {
+            since: Instant::now(),
+            seen: Vec::new(),
+        }
+    }
+
+    /// What the database's callers and jobs have done: the snowflake
+    /// generator's word (every ID, close, reopen) and every tag slot's
+    /// epoch and segment words (every take, refill, switch, free).
+    fn usage(ctx: &WorkerContext) -> Vec<u64> {
+        let sh = ctx.sh;
+        let mut v = vec![sh.db(ctx.db).generator.state_word()];
+        for i in 0..sh.n_tags() {
+            let slot = sh.tag(i);
+            if slot.dboid.load(SeqCst) == ctx.dboid {
+                v.push(i as u64);
+                v.push(slot.epoch.load(SeqCst));
+                v.extend(slot.pair.activity());
+            }
+        }
+        v
+    }
+
+    /// Work asked for: a refill, a lease renewal or a claim. A caller that
+    /// waits on the worker asks again on every round of its wait (a tag whose
+    /// first refill keeps failing, with nobody asking, does not keep it).
+    fn wanted(ctx: &WorkerContext) -> bool {
+        let sh = ctx.sh;
+        let slot = sh.db(ctx.db);
+        slot.snowflake_lease_wanted.load(SeqCst)
+            || slot.snowflake_state.load(SeqCst) == SnowflakeState::Requested as u32
+            || (0..sh.n_tags()).any(|i| {
+                let t = sh.tag(i);
+                t.dboid.load(SeqCst) == ctx.dboid
+                    && (t.refill_requested.load(SeqCst) || t.refill_in_flight.load(SeqCst))
+            })
+    }
+
+    /// How long until the worker may leave: None = never (timeout 0),
+    /// zero = now.
+    fn left(&mut self, ctx: &WorkerContext) -> Option<Duration> {
+        let timeout = crate::settings::WORKER_IDLE_TIMEOUT.get();
+        let usage = Self::usage(ctx);
+        if usage != self.seen || Self::wanted(ctx) {
+            self.seen = usage;
+            self.since = Instant::now();
+        }
+        (timeout > 0)
+            .then(|| Duration::from_millis(timeout as u64).saturating_sub(self.since.elapsed()))
     }
 }

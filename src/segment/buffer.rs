@@ -270,6 +270,17 @@ impl SegmentPair {
         self.segments[index & 1].view()
     }
 
+    /// Changes with every take (each adds to a state word), publish and
+    /// switch: the worker compares it over time to see whether the tag is in
+    /// use. Only reads: the hot path stays one `fetch_add`.
+    pub fn activity(&self) -> [u64; 3] {
+        [
+            self.current.load(SeqCst) as u64,
+            self.segments[0].state.load(SeqCst),
+            self.segments[1].state.load(SeqCst),
+        ]
+    }
+
     /// Is the non-current segment loaded with unused IDs?
     pub fn next_ready(&self) -> bool {
         self.segments[1 - self.current_index()].remaining() > 0

@@ -122,17 +122,25 @@ fn plan_in_registry(
             }
         }
         None => {
-            if let Some(r) = own {
-                return ClaimPlan::Reuse(r.worker_id);
-            }
             let owned: std::collections::HashSet<i64> = rows
                 .iter()
                 .filter(|r| !r.released())
                 .map(|r| r.worker_id)
                 .collect();
-            match (0..=MAX_WORKER_ID).find(|id| !owned.contains(id) && !used_here.contains(id)) {
-                Some(id) => ClaimPlan::Take(take_of(id)),
-                None => ClaimPlan::Full,
+            let free =
+                (0..=MAX_WORKER_ID).find(|id| !owned.contains(id) && !used_here.contains(id));
+            match (own, free) {
+                (Some(r), _) if !used_here.contains(&r.worker_id) => ClaimPlan::Reuse(r.worker_id),
+                // the registry is a copy of the one of another database of
+                // this server (CREATE DATABASE ... TEMPLATE, a restore), whose
+                // generator issues with this id: move to a free one, keeping
+                // the old row (and its mark) released
+                (Some(r), Some(id)) => ClaimPlan::Move {
+                    release: r.worker_id,
+                    take: take_of(id),
+                },
+                (None, Some(id)) => ClaimPlan::Take(take_of(id)),
+                (_, None) => ClaimPlan::Full,
             }
         }
     }
@@ -206,6 +214,17 @@ mod tests {
             .collect()
     }
 
+    /// Every id owned, id i by node "n<i>".
+    fn all_owned() -> Vec<RegistryRow> {
+        (0..=MAX_WORKER_ID)
+            .map(|i| RegistryRow {
+                worker_id: i,
+                node_name: format!("n{i}"),
+                ..Default::default()
+            })
+            .collect()
+    }
+
     #[test]
     fn own_row_is_taken_back_only_when_no_live_holder_can_renew_it() {
         let row = |owner_token, mark| RegistryRow {
@@ -268,13 +287,7 @@ mod tests {
 
     #[test]
     fn full_registry() {
-        let all: Vec<_> = (0..=MAX_WORKER_ID)
-            .map(|i| RegistryRow {
-                worker_id: i,
-                node_name: format!("n{i}"),
-                ..Default::default()
-            })
-            .collect();
+        let all = all_owned();
         assert_eq!(plan(&all, "new", None, &[]), ClaimPlan::Full);
         assert_eq!(plan(&all, "n5", None, &[]), ClaimPlan::Reuse(5));
     }
@@ -326,7 +339,30 @@ mod tests {
             plan(&r, "n", Some(1), &[1]),
             ClaimPlan::UsedByOtherDatabase(1)
         );
-        assert_eq!(plan(&r, "a", None, &[0]), ClaimPlan::UsedByOtherDatabase(0));
+    }
+
+    #[test]
+    fn a_copied_registry_moves_off_the_id_another_database_uses() {
+        // "a" owns 0 in this database's copy of the registry, and another
+        // database of this server issues with 0
+        let r = rows(&[(0, "a"), (1, "b")]);
+        assert_eq!(
+            plan(&r, "a", None, &[0]),
+            ClaimPlan::Move {
+                release: 0,
+                take: Take::Insert(2)
+            }
+        );
+        let r = rows(&[(0, "a"), (1, "released:1")]);
+        assert_eq!(
+            plan(&r, "a", None, &[0]),
+            ClaimPlan::Move {
+                release: 0,
+                take: Take::TakeOver(1)
+            }
+        );
+        // nothing free but its own id: refused, as a full registry
+        assert_eq!(plan(&all_owned(), "n5", None, &[5]), ClaimPlan::Full);
     }
 
     #[test]

@@ -92,6 +92,12 @@ impl Generator {
         ((self.last.load(SeqCst) >> WORKER_SHIFT) & WORKER_MASK) as i64
     }
 
+    /// The state word: changes with every ID issued, and with every close,
+    /// reopen and reset (the worker watches it to see whether IDs are drawn).
+    pub fn state_word(&self) -> u64 {
+        self.last.load(SeqCst)
+    }
+
     /// Is the generator closed?
     pub fn is_closed(&self) -> bool {
         self.last.load(SeqCst) & CLOSED != 0
