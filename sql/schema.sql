@@ -36,3 +36,16 @@ COMMENT ON COLUMN leaf_worker.node_name IS 'Node identity: leaf_id.node_name, or
 COMMENT ON COLUMN leaf_worker.last_timestamp IS 'Persisted high-water mark (Unix ms): no ID of this worker id has a later millisecond.';
 COMMENT ON COLUMN leaf_worker.epoch_ms IS 'leaf_id.epoch_ms in force when last_timestamp was written (a changed epoch moves the mark).';
 COMMENT ON COLUMN leaf_worker.heartbeat_at IS 'Time of the last renewal of last_timestamp.';
+
+CREATE TABLE leaf_alloc_tuning (
+    biz_tag     text        PRIMARY KEY,
+    tuned_step  integer     NOT NULL
+                            CONSTRAINT leaf_alloc_tuning_step_positive CHECK (tuned_step >= 1),
+    update_time timestamptz NOT NULL DEFAULT now()
+);
+SELECT pg_catalog.pg_extension_config_dump('leaf_alloc_tuning', '');
+
+COMMENT ON TABLE leaf_alloc_tuning IS
+  'leaf_id segment mode: the dynamic step each tag last used on this server, written by the worker when it changes; the first refill after a restart starts from it (bounded by leaf_id.max_step, never below leaf_alloc.step). Delete a row to start that tag from its step again.';
+COMMENT ON COLUMN leaf_alloc_tuning.tuned_step IS 'Dynamic step of the tag''s last refill.';
+COMMENT ON COLUMN leaf_alloc_tuning.update_time IS 'Time the step last changed.';

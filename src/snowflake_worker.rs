@@ -84,6 +84,9 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
     let node = settings::node_name();
     let configured = configured_worker_id();
     let ahead = lease_ahead()?;
+    // a dropped database's slot keeps its worker id until reclaimed, and a
+    // database restored under its name would be refused it (issue 9)
+    crate::backend::reclaim_dropped_databases(sh);
     let used_here = used_by_other_databases(db);
     let (worker_id, persisted) = Spi::connect_mut(|client| {
         for _attempt in 0..10 {
