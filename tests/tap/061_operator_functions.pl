@@ -93,7 +93,8 @@ ok( wait_until(
 			return defined $refused;
 		}),
 	'the released owner stops issuing');
-note 'refused with: ' . ($refused ? $refused->{err} : '');
+is($refused && $refused->{sqlstate}, '55000', '... refusing with 55000');
+like($refused ? $refused->{err} : '', qr/leaf_worker row of worker id $wid .* is gone/, '... saying its row is gone');
 my $last = max_of($first, @issued);
 my $last_ms = int($last / 4194304) + LEAF_EPOCH_MS;
 is( $node->safe_psql('postgres',
