@@ -50,3 +50,195 @@ REVOKE ALL ON leaf_alloc, leaf_worker FROM PUBLIC;
 
 -- a database that had leaf_id before must not reuse what was cached from the dropped tables
 SELECT leaf_id_reset_cache();
+
+-- Operator functions (README, "Operator functions" and "Adopting an existing
+-- sequence"): superusers only. Each runs under a fixed search_path and names
+-- tables and functions with their schema, so nothing planted elsewhere runs.
+
+CREATE FUNCTION leaf_snowflake_release_worker_id(worker_id integer) RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    id ALIAS FOR $1;
+    owner text;
+BEGIN
+    IF id IS NULL THEN
+        RAISE EXCEPTION 'worker_id must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF id < 0 OR id > 1023 THEN
+        RAISE EXCEPTION 'worker_id % is out of range', id
+            USING ERRCODE = '22023', DETAIL = 'Snowflake worker ids are 0 to 1023.';
+    END IF;
+    -- the row lock makes a concurrent release or claim wait for this one
+    SELECT w.node_name INTO owner FROM @extschema@.leaf_worker w WHERE w.worker_id = id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'snowflake worker id % is not in leaf_worker', id USING ERRCODE = '42704';
+    END IF;
+    IF pg_catalog.starts_with(owner, 'released:') THEN
+        RAISE EXCEPTION 'snowflake worker id % is already released', id USING ERRCODE = '55000';
+    END IF;
+    -- Rename only: the row and its mark stay for the next owner, which so
+    -- cannot reissue this id's IDs; the live owner's renewal then matches no
+    -- row and it claims again. The owner token goes: nobody holds the id.
+    UPDATE @extschema@.leaf_worker w SET node_name = 'released:' OPERATOR(pg_catalog.||) id::text,
+           owner_token = NULL
+     WHERE w.worker_id = id;
+    RETURN owner;
+END
+$fn$;
+
+-- The common part of both adopt functions: lock the column owning the
+-- sequence, read the largest value it or the sequence ever gave, and switch
+-- the column's default to new_default (an identity column loses its identity:
+-- it cannot have a default). freeze_sequence: let the sequence give nothing above what
+-- was read, so that a stray nextval() fails instead of repeating a tag's ID.
+CREATE FUNCTION leaf_id_adopt_sequence(seq regclass, new_default text, freeze_sequence boolean,
+    OUT owner_table regclass, OUT owner_column name, OUT column_type regtype, OUT largest bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    kind "char";
+    is_identity boolean;
+    seq_increment bigint;
+    seq_max bigint;
+    seq_last bigint;
+    column_max bigint;
+BEGIN
+    IF seq IS NULL THEN
+        RAISE EXCEPTION 'the sequence must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    -- in REPEATABLE READ, rows committed before the lock below were invisible
+    -- to the max() that must cover them
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'adopting a sequence must run in a READ COMMITTED transaction'
+            USING ERRCODE = '55000',
+                  DETAIL = pg_catalog.format('The transaction is %s: its snapshot could miss rows committed meanwhile.',
+                                             pg_catalog.current_setting('transaction_isolation'));
+    END IF;
+    SELECT c.relkind INTO kind FROM pg_catalog.pg_class c WHERE c.oid = seq;
+    IF kind IS DISTINCT FROM 'S' THEN
+        RAISE EXCEPTION '"%" is not a sequence', seq USING ERRCODE = '42809';
+    END IF;
+    SELECT d.refobjid::pg_catalog.regclass, a.attname, a.atttypid::pg_catalog.regtype, d.deptype = 'i'
+      INTO owner_table, owner_column, column_type, is_identity
+      FROM pg_catalog.pg_depend d
+      JOIN pg_catalog.pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
+     WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.objid = seq
+       AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.refobjsubid > 0
+       AND d.deptype IN ('a', 'i');
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'sequence % is not owned by a column', seq
+            USING ERRCODE = '55000',
+                  HINT = 'Make the column own it (ALTER SEQUENCE ... OWNED BY table.column), as serial and identity columns do.';
+    END IF;
+    IF column_type NOT IN ('pg_catalog.int2'::pg_catalog.regtype, 'pg_catalog.int4'::pg_catalog.regtype,
+                           'pg_catalog.int8'::pg_catalog.regtype) THEN
+        RAISE EXCEPTION 'column %.% is of type %, not an integer type', owner_table, owner_column, column_type
+            USING ERRCODE = '42804';
+    END IF;
+    -- Inserts take the table's lock, then the sequence's (nextval): locking in
+    -- the same order waits for every insert in flight and lets none start
+    -- until this transaction ends, when they see the new default.
+    EXECUTE pg_catalog.format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', owner_table);
+    SELECT s.seqincrement, s.seqmax INTO seq_increment, seq_max FROM pg_catalog.pg_sequence s WHERE s.seqrelid = seq;
+    IF seq_increment < 0 THEN
+        RAISE EXCEPTION 'sequence % descends', seq USING ERRCODE = '0A000',
+            DETAIL = 'Only ascending sequences can be adopted.';
+    END IF;
+    -- an ALTER SEQUENCE locks the sequence against nextval() calls outside
+    -- inserts (SHARE ROW EXCLUSIVE) until this transaction ends
+    EXECUTE pg_catalog.format('ALTER SEQUENCE %s MAXVALUE %s', seq, seq_max);
+    -- last_value also covers values other sessions hold in their CACHE; a
+    -- sequence never called has not given last_value yet: counting it anyway
+    -- only leaves a gap
+    EXECUTE pg_catalog.format('SELECT last_value FROM %s', seq) INTO seq_last;
+    -- setval() or explicit keys may have put larger values into the column
+    EXECUTE pg_catalog.format('SELECT pg_catalog.max(%I)::pg_catalog.int8 FROM %s', owner_column, owner_table)
+       INTO column_max;
+    largest := pg_catalog.int8larger(seq_last, COALESCE(column_max, seq_last));
+    IF is_identity THEN
+        -- drops the identity's sequence with it
+        EXECUTE pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I DROP IDENTITY', owner_table, owner_column);
+    ELSIF freeze_sequence THEN
+        EXECUTE pg_catalog.format('ALTER SEQUENCE %s MAXVALUE %s NO CYCLE', seq, seq_last);
+    END IF;
+    EXECUTE pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT %s', owner_table, owner_column, new_default);
+END
+$fn$;
+
+CREATE FUNCTION leaf_segment_adopt_sequence(seq regclass, tag text, step integer DEFAULT 1000) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    adopted record;
+    first_id bigint;
+BEGIN
+    IF tag IS NULL OR step IS NULL THEN
+        RAISE EXCEPTION 'tag and step must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.char_length(tag) NOT BETWEEN 1 AND 128 THEN
+        RAISE EXCEPTION 'a leaf_id tag has 1 to 128 characters' USING ERRCODE = '22023';
+    END IF;
+    IF step < 1 THEN
+        RAISE EXCEPTION 'step must be at least 1, not %', step USING ERRCODE = '22023';
+    END IF;
+    IF EXISTS (SELECT 1 FROM @extschema@.leaf_alloc a WHERE a.biz_tag = tag) THEN
+        RAISE EXCEPTION 'leaf_id tag "%" already exists in leaf_alloc', tag
+            USING ERRCODE = '42710',
+                  HINT = 'Adopt the sequence under a new tag, or switch the default yourself to leaf_segment_next() of the existing tag after raising its max_id above the column''s values.';
+    END IF;
+    SELECT * INTO adopted FROM @extschema@.leaf_id_adopt_sequence(
+        seq, pg_catalog.format('%s.leaf_segment_next(%L::text)', '@extschema@', tag), true);
+    IF adopted.largest = 9223372036854775807 THEN
+        RAISE EXCEPTION 'sequence % has reached the largest bigint', seq USING ERRCODE = '2200H';
+    END IF;
+    first_id := pg_catalog.int8larger(adopted.largest + 1, 1);
+    -- a concurrent adoption of the same tag fails here with 23505
+    INSERT INTO @extschema@.leaf_alloc (biz_tag, max_id, step, description)
+    VALUES (tag, first_id, step, pg_catalog.format('adopted from sequence %s of %s.%I',
+                                                   seq, adopted.owner_table, adopted.owner_column));
+    RETURN first_id;
+END
+$fn$;
+
+CREATE FUNCTION leaf_snowflake_adopt_sequence(seq regclass) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    adopted record;
+    smallest bigint := @extschema@.leaf_snowflake_min_id(pg_catalog.now());
+BEGIN
+    SELECT * INTO adopted FROM @extschema@.leaf_id_adopt_sequence(seq, '@extschema@.leaf_snowflake_next()', false);
+    IF adopted.column_type <> 'pg_catalog.int8'::pg_catalog.regtype THEN
+        RAISE EXCEPTION 'column %.% is of type %: snowflake IDs need bigint', adopted.owner_table,
+            adopted.owner_column, adopted.column_type USING ERRCODE = '42804';
+    END IF;
+    IF adopted.largest >= smallest THEN
+        RAISE EXCEPTION 'values of %.% reach into the snowflake range', adopted.owner_table, adopted.owner_column
+            USING ERRCODE = '55000',
+                  DETAIL = pg_catalog.format('The largest value is %s; the smallest snowflake ID now is %s, so a snowflake ID could equal an existing key.',
+                                             adopted.largest, smallest),
+                  HINT = 'Use leaf_segment_adopt_sequence() for this column.';
+    END IF;
+    RETURN smallest;
+END
+$fn$;
+
+COMMENT ON FUNCTION leaf_snowflake_release_worker_id(integer) IS
+  'Releases a snowflake worker id in leaf_worker (renames its row to released:<id>, keeping its mark for the next owner); a live owner stops issuing with it at its next renewal. Returns the former node name.';
+COMMENT ON FUNCTION leaf_id_adopt_sequence(regclass, text, boolean) IS
+  'Internal to the adopt functions: locks the column owning a sequence, returns the largest value it or the sequence gave, and switches the column default (dropping an identity).';
+COMMENT ON FUNCTION leaf_segment_adopt_sequence(regclass, text, integer) IS
+  'Turns a sequence into a new segment-mode tag: max_id above the sequence and its column, the column default switched to leaf_segment_next(tag), the sequence frozen (an identity is dropped). Returns the tag''s first ID.';
+COMMENT ON FUNCTION leaf_snowflake_adopt_sequence(regclass) IS
+  'Switches the column owning a sequence to DEFAULT leaf_snowflake_next(), if all its values are below the smallest snowflake ID of now (returned); an identity is dropped.';
+
+REVOKE ALL ON leaf_alloc_tuning FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION leaf_snowflake_release_worker_id(integer),
+    leaf_id_adopt_sequence(regclass, text, boolean),
+    leaf_segment_adopt_sequence(regclass, text, integer),
+    leaf_snowflake_adopt_sequence(regclass) FROM PUBLIC;

@@ -38,3 +38,16 @@ COMMENT ON COLUMN leaf_worker.last_timestamp IS 'Persisted high-water mark (Unix
 COMMENT ON COLUMN leaf_worker.epoch_ms IS 'leaf_id.epoch_ms in force when last_timestamp was written (a changed epoch moves the mark).';
 COMMENT ON COLUMN leaf_worker.heartbeat_at IS 'Time of the last renewal of last_timestamp.';
 COMMENT ON COLUMN leaf_worker.owner_token IS 'Random token of the server lifetime that holds the id (NULL: closed cleanly or released); tells apart servers with one node name, such as a physical copy.';
+
+CREATE TABLE leaf_alloc_tuning (
+    biz_tag     text        PRIMARY KEY,
+    tuned_step  integer     NOT NULL
+                            CONSTRAINT leaf_alloc_tuning_step_positive CHECK (tuned_step >= 1),
+    update_time timestamptz NOT NULL DEFAULT now()
+);
+SELECT pg_catalog.pg_extension_config_dump('leaf_alloc_tuning', '');
+
+COMMENT ON TABLE leaf_alloc_tuning IS
+  'leaf_id segment mode: the dynamic step each tag last used on this server, written by the worker when it changes; the first refill after a restart starts from it (bounded by leaf_id.max_step, never below leaf_alloc.step). Delete a row to start that tag from its step again.';
+COMMENT ON COLUMN leaf_alloc_tuning.tuned_step IS 'Dynamic step of the tag''s last refill.';
+COMMENT ON COLUMN leaf_alloc_tuning.update_time IS 'Time the step last changed.';

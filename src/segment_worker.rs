@@ -34,6 +34,7 @@ fn reserve(
     reserved_end: i64,
     policy: StepPolicy,
     previous: Option<PreviousRefill>,
+    tuned: Option<i64>,
 ) -> Result<Reserved, JobError> {
     Spi::connect_mut(|client| {
         // A write, not SELECT ... FOR UPDATE, locks the row: on a Citus
@@ -101,7 +102,10 @@ fn reserve(
         } else {
             max_id
         };
-        let step = policy.next_step(table_step, previous);
+        let step = match previous {
+            Some(_) => policy.next_step(table_step, previous),
+            None => policy.first_step(table_step, tuned),
+        };
         let room = i64::MAX - start;
         if room == 0 {
             return Err(JobError::new(
@@ -278,8 +282,16 @@ impl SegmentJobs {
                 ..*p
             });
         let reserved_end = sh.reserved_end(ctx.dboid, &tag);
+        let mut tuning = false;
+        let mut known_step = previous.map(|p| p.step);
         let result = in_transaction(|schema| {
-            let r = reserve(schema, &tag, reserved_end, Self::policy(), previous)?;
+            tuning = has_tuning_table();
+            let tuned = match previous {
+                None if tuning => read_tuned_step(schema, &tag)?,
+                _ => None,
+            };
+            known_step = known_step.or(tuned);
+            let r = reserve(schema, &tag, reserved_end, Self::policy(), previous, tuned)?;
             // remembered before the commit makes the range usable: if the
             // commit fails the mark only leaves a gap
             remember_reserved(ctx.dboid, &tag, r.start + r.len)?;
@@ -311,6 +323,9 @@ impl SegmentJobs {
         }
         match result {
             Ok(r) => {
+                if tuning && known_step != Some(r.step) {
+                    save_tuned_step(&tag, r.step);
+                }
                 if self.failed.remove(&(i, epoch)).is_some() {
                     pgrx::log!("leaf_id: refill of tag \"{}\" works again", tag);
                 }
@@ -408,6 +423,61 @@ impl SegmentJobs {
         self.failed
             .retain(|(i, epoch), _| sh.tag(*i).epoch.load(SeqCst) == *epoch);
         sh.broadcast(ctx.db);
+    }
+}
+
+/// Catalogs of 0.1.0 have no leaf_alloc_tuning: there the step is not
+/// persisted (a restart starts from the table's step, as 0.1.0 did).
+fn has_tuning_table() -> bool {
+    crate::transaction::installed_extension().is_some_and(|(_, version)| version != "0.1.0")
+}
+
+/// The step the tag's refills used before this server lifetime (Leaf #111).
+fn read_tuned_step(schema: &str, tag: &str) -> Result<Option<i64>, JobError> {
+    Spi::connect(|client| {
+        let rows = client
+            .select(
+                &format!(
+                    "SELECT tuned_step FROM {schema}.leaf_alloc_tuning WHERE biz_tag OPERATOR(pg_catalog.=) $1"
+                ),
+                None,
+                &[tag.into()],
+            )
+            .map_err(spi_err)?;
+        Ok(rows
+            .filter_map(|r| r.get::<i32>(1).ok().flatten())
+            .map(i64::from)
+            .next())
+    })
+}
+
+/// Persist a changed step, in a transaction of its own after the refill's
+/// commit: the step only tunes refills, so a failure here (a lock, a
+/// trigger) is a WARNING and never stops a refill.
+fn save_tuned_step(tag: &str, step: i64) {
+    let step = step.min(i32::MAX as i64) as i32;
+    let result = in_transaction(|schema| {
+        Spi::connect_mut(|client| {
+            client
+                .update(
+                    &format!(
+                        "INSERT INTO {schema}.leaf_alloc_tuning AS t (biz_tag, tuned_step, update_time) \
+                         VALUES ($1, $2, pg_catalog.now()) ON CONFLICT (biz_tag) DO UPDATE \
+                         SET tuned_step = EXCLUDED.tuned_step, update_time = pg_catalog.now()"
+                    ),
+                    None,
+                    &[tag.into(), step.into()],
+                )
+                .map(|_| ())
+                .map_err(spi_err)
+        })
+    });
+    if let Err(e) = result {
+        pgrx::warning!(
+            "leaf_id: could not persist the tuned step of tag \"{}\": {}",
+            tag,
+            e.message
+        );
     }
 }
 

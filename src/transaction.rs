@@ -191,7 +191,7 @@ fn commit_replicated() -> bool {
 /// The extension's schema (quoted) and version; None when it is not
 /// installed. The library is shared by every version's SQL, so a job first
 /// checks that the tables have the shape it writes.
-fn installed_extension() -> Option<(String, String)> {
+pub(crate) fn installed_extension() -> Option<(String, String)> {
     Spi::get_two::<String, String>(
         "SELECT pg_catalog.quote_ident(n.nspname::pg_catalog.text), e.extversion::pg_catalog.text \
          FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n \

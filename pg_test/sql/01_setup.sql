@@ -6,7 +6,7 @@ SELECT p.proname, pg_get_function_identity_arguments(p.oid) AS args,
        obj_description(p.oid, 'pg_proc') IS NOT NULL AS has_comment
 FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'leaf_id'
-ORDER BY 1;
+ORDER BY 1, 2;
 
 SELECT c.relname, c.relkind, obj_description(c.oid, 'pg_class') IS NOT NULL AS has_comment
 FROM pg_class c JOIN pg_depend d ON d.objid = c.oid AND d.deptype = 'e'

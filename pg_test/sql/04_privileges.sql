@@ -10,7 +10,7 @@ SELECT p.oid::regprocedure AS function, has_function_privilege('regress_leaf_app
        has_function_privilege('regress_leaf_monitor', p.oid, 'EXECUTE') AS monitor
 FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'leaf_id'
-ORDER BY 1::text;
+ORDER BY p.oid::regprocedure::text;
 
 SET ROLE regress_leaf_app;
 -- drawing IDs is open to PUBLIC (column defaults need it)

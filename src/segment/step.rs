@@ -42,6 +42,13 @@ impl StepPolicy {
         };
         step.max(table_step)
     }
+
+    /// The step of a tag's first refill in this server lifetime: the step it
+    /// was tuned to before (leaf_alloc_tuning, Leaf issue #111), within
+    /// `max_step` and never below the table's step; else the table's step.
+    pub fn first_step(&self, table_step: i64, tuned: Option<i64>) -> i64 {
+        tuned.map_or(table_step, |t| t.min(self.max_step).max(table_step))
+    }
 }
 
 #[cfg(test)]
@@ -67,6 +74,16 @@ mod tests {
     #[test]
     fn first_refill_uses_table_step() {
         assert_eq!(policy().next_step(1000, None), 1000);
+    }
+
+    #[test]
+    fn first_refill_resumes_tuned_step_within_bounds() {
+        let p = policy();
+        assert_eq!(p.first_step(1000, Some(64_000)), 64_000);
+        assert_eq!(p.first_step(1000, Some(5_000_000)), 1_000_000, "capped by max_step");
+        assert_eq!(p.first_step(1000, Some(10)), 1000, "never below the table's step");
+        assert_eq!(p.first_step(2_000_000, Some(10)), 2_000_000);
+        assert_eq!(p.first_step(1000, None), 1000);
     }
 
     #[test]
