@@ -169,13 +169,17 @@ is( $src->safe_psql('app_copy',
 		"SELECT node_name FROM leaf_worker WHERE worker_id = $src_worker"),
 	$src_node,
 	'premise: the copy\'s registry names this server for the id app uses');
-my $r = try_sql($src, 'app_copy',
-	'SET leaf_id.refill_timeout = 5000; SELECT leaf_snowflake_next()');
-is($r->{sqlstate}, '55000',
-	'the copy refuses snowflake IDs while app issues with that worker id');
-like($r->{err}, qr/already used by another database of this server/,
-	'... saying the id is used by another database');
-# the documented step: a node name of its own for the copy
+# the copy's row names this server for app's id: the copy's claim releases
+# that row (keeping its mark) and moves to a free id
+my $r = wait_for_number($src, 'app_copy',
+	'SET leaf_id.refill_timeout = 5000; SELECT leaf_snowflake_next()', 20);
+ok($r->{ok}, 'the copy issues snowflake IDs');
+my $copy_worker = worker_id($src, 'app_copy');
+isnt($copy_worker, $src_worker, '... with another worker id than app');
+is(worker_id($src, 'app'), $src_worker, 'app kept its worker id');
+is( $src->safe_psql('app_copy', "SELECT node_name FROM leaf_worker WHERE worker_id = $src_worker"),
+	"released:$src_worker", 'the copy released its row of app\'s id');
+# the documented step still works: a node name of its own for the copy
 $src->safe_psql('postgres',
 	q{ALTER DATABASE app_copy SET leaf_id.node_name = 'dump_source:app_copy'});
 my $pid = worker_pid($src, 'app_copy');
@@ -185,9 +189,8 @@ ok(wait_until(20, sub { worker_pid($src, 'app_copy') ne $pid || $pid eq '' }),
 $r = wait_for_number($src, 'app_copy',
 	'SET leaf_id.refill_timeout = 5000; SELECT leaf_snowflake_next()', 20);
 ok($r->{ok}, 'with a node name of its own the copy issues snowflake IDs');
-my $copy_worker = worker_id($src, 'app_copy');
-isnt($copy_worker, $src_worker, '... with another worker id than app');
-is(worker_id($src, 'app'), $src_worker, 'app kept its worker id');
+isnt(worker_id($src, 'app_copy'), $src_worker, '... with another worker id than app');
+is(worker_id($src, 'app'), $src_worker, 'app still has its worker id');
 
 # ---------------------------------------------------------------------------
 # 4. the same server: DROP DATABASE app, restore it under the same name
