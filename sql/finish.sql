@@ -191,7 +191,7 @@ BEGIN
                   HINT = 'Adopt the sequence under a new tag, or switch the default yourself to leaf_segment_next() of the existing tag after raising its max_id above the column''s values.';
     END IF;
     SELECT * INTO adopted FROM @extschema@.leaf_id_adopt_sequence(
-        seq, pg_catalog.format('%s.leaf_segment_next(%L::text)', '@extschema@', tag), true);
+        seq, pg_catalog.format('%I.leaf_segment_next(%L::text)', '@extschema@', tag), true);
     IF adopted.largest = 9223372036854775807 THEN
         RAISE EXCEPTION 'sequence % has reached the largest bigint', seq USING ERRCODE = '2200H';
     END IF;
