@@ -3,6 +3,10 @@
 the scaling chart (SVG). Every number printed here comes from that JSON: the
 medians of the measured repetitions, and ratios between them.
 
+Section 7 (many nodes, Citus) is a block between markers at the end of OUT.md:
+results of that section alone replace only the block and keep the rest of the
+file; results without it keep the block already there (it names its own run).
+
 Usage: bench_report.py RESULTS.json OUT.md OUT.svg
 Environment: BENCH_COMMAND (the command line that produced the run),
 BENCH_TOTAL_SECONDS (wall time of the whole command, set by bench.sh).
@@ -685,7 +689,9 @@ def multinode_block(res, own_run):
           "the reference tables have one placement, on the coordinator;",
           "- **3 nodes**: two workers added (`citus_add_node`, then `replicate_reference_tables()`), "
           f"{sec.get('placements', '?')} placements of the two tables; each node claimed its own snowflake worker "
-          f"id ({', '.join(f'{n} {i}' for n, i in sec.get('worker_ids', {}).items())}).", ""]
+          f"id ({', '.join(f'{n} {i}' for n, i in sec.get('worker_ids', {}).items())}).", "",
+          "Settings read back from the coordinator: "
+          + ", ".join(f"`{k}` = {v}" for k, v in sorted(sec.get("settings", {}).items())) + ".", ""]
 
     # the ratios in brief (medians, from the tables below)
     t1, t3 = sec.get("throughput_1", {}), sec.get("throughput_3", {})
