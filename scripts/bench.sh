@@ -2,7 +2,8 @@
 # The benchmark command (benchmarks are not tests: they measure, never fail).
 #
 #   bash scripts/bench.sh                  # full run, about 14 minutes on 2 cores
-#   BENCH_QUICK=1 bash scripts/bench.sh    # quick check of the suite, about 2.5 minutes
+#   BENCH_QUICK=1 bash scripts/bench.sh    # quick check of the suite, about 4 minutes
+#   BENCH_SECTIONS=multinode bash scripts/bench.sh   # only section 7, about 5 minutes
 #
 # Sets up and builds leaf_id (release), starts a throwaway cluster in
 # target/bench-cluster (port BENCH_PORT, default 28870) with fixed settings,
@@ -16,13 +17,22 @@
 # "1 8 16"), BENCH_BATCH (10000) IDs per scaling transaction,
 # BENCH_RT_CLIENTS (8), BENCH_REFILL_CLIENTS (8), BENCH_REFILL_BATCH (1000),
 # BENCH_REFILL_STEPS ("10 100 1000"), BENCH_SEG_STEP (1000), BENCH_SECTIONS
-# ("bulk scaling roundtrip insert refill").
+# ("bulk scaling roundtrip insert refill batch multinode").
+#
+# Section 7 (multinode) runs on Citus: three more servers of its own in
+# target/bench-citus (ports BENCH_MN_PORT, +1, +2; default BENCH_PORT + 1),
+# BENCH_MN_SECONDS (3 / 1) per run, BENCH_MN_REPS (3 / 2), BENCH_MN_CLIENTS (2)
+# clients per node. It installs Citus first when it is missing and
+# LEAF_ID_CITUS_TARBALL names a tarball (scripts/citus.sh); without Citus it is
+# skipped with a SKIP line here and in the report, never silently. A run of
+# only that section (BENCH_SECTIONS=multinode) replaces only its part of
+# docs/BENCHMARKS.md and keeps the rest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 START=$(date +%s)
 # the command line printed in the report: the BENCH_* variables the caller set
-BENCH_COMMAND=$(env | grep -E '^BENCH_(QUICK|N|SECONDS|REPS|INSERT_ROWS|CLIENTS|BATCH|RT_CLIENTS|REFILL_CLIENTS|REFILL_BATCH|REFILL_STEPS|SEG_STEP|SECTIONS|PORT)=' \
+BENCH_COMMAND=$(env | grep -E '^BENCH_(QUICK|N|SECONDS|REPS|INSERT_ROWS|CLIENTS|BATCH|RT_CLIENTS|REFILL_CLIENTS|REFILL_BATCH|REFILL_STEPS|SEG_STEP|SECTIONS|PORT|MN_SECONDS|MN_REPS|MN_CLIENTS|MN_PORT|BATCH_N|BATCH_CALL)=' \
   | sort | sed -E "s/^([A-Z_]+)=(.*)$/\1='\2'/; s/='([A-Za-z0-9_.]+)'$/=\1/" | tr '\n' ' ' || true)
 export BENCH_COMMAND="${BENCH_COMMAND}bash scripts/bench.sh"
 export BENCH_PORT=${BENCH_PORT:-28870}
@@ -35,6 +45,20 @@ PYTHON=/usr/bin/python3
 export PATH="$HOME/.cargo/bin:$PATH"
 echo "== install (release)"
 bash scripts/install.sh
+
+# section 7 needs Citus: install it if missing and a tarball is named
+CITUS_SKIP=
+if [[ " ${BENCH_SECTIONS:-multinode} " == *" multinode "* ]]; then
+  rc=0
+  bash scripts/citus.sh || rc=$?
+  if [ $rc -eq 3 ]; then
+    CITUS_SKIP="Citus is not installed and LEAF_ID_CITUS_TARBALL is not set"
+  elif [ $rc -ne 0 ]; then
+    CITUS_SKIP="scripts/citus.sh failed (exit $rc)"
+  fi
+  [ -z "$CITUS_SKIP" ] || echo "== SKIP: section 7 (many nodes, Citus) will NOT RUN: $CITUS_SKIP"
+fi
+export BENCH_CITUS_SKIP=$CITUS_SKIP
 
 . scripts/cluster.sh
 DATA=$ROOT/target/bench-cluster
@@ -58,15 +82,22 @@ rm -rf "$WORK"
 mkdir -p "$WORK"
 echo "== starting the benchmark cluster on port $BENCH_PORT"
 cluster_start "$DATA"
-trap 'cluster_stop "$DATA" fast' EXIT
+# section 7's nodes stop themselves; this is for an interrupted run
+stop_all() {
+  cluster_stop "$DATA" fast
+  for d in "$ROOT"/target/bench-citus/*/; do [ -d "$d" ] && cluster_stop "${d%/}" immediate; done
+  return 0
+}
+trap stop_all EXIT
 "$PYTHON" scripts/bench_run.py "$WORK/results.json"
-cluster_stop "$DATA" fast
+stop_all
 trap - EXIT
 
 export BENCH_TOTAL_SECONDS=$(( $(date +%s) - START ))
 mkdir -p docs
 "$PYTHON" scripts/bench_report.py "$WORK/results.json" docs/BENCHMARKS.md docs/bench-scaling.svg
 echo "== benchmarks done in ${BENCH_TOTAL_SECONDS} s: docs/BENCHMARKS.md, docs/bench-scaling.svg"
+[ -z "$CITUS_SKIP" ] || echo "== SKIP: section 7 (many nodes, Citus) NOT RUN: $CITUS_SKIP"
 errors=$("$PYTHON" -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["errors"]))' "$WORK/results.json")
 if [ "$errors" != "0" ]; then
   echo "bench: $errors measurement(s) failed; see \"Errors during the run\" in docs/BENCHMARKS.md" >&2

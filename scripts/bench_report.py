@@ -3,6 +3,10 @@
 the scaling chart (SVG). Every number printed here comes from that JSON: the
 medians of the measured repetitions, and ratios between them.
 
+Section 7 (many nodes, Citus) is a block between markers at the end of OUT.md:
+results of that section alone replace only the block and keep the rest of the
+file; results without it keep the block already there (it names its own run).
+
 Usage: bench_report.py RESULTS.json OUT.md OUT.svg
 Environment: BENCH_COMMAND (the command line that produced the run),
 BENCH_TOTAL_SECONDS (wall time of the whole command, set by bench.sh).
@@ -144,7 +148,8 @@ class Report:
                "`docs/bench-scaling.svg` with `scripts/bench_report.py`. Sizes are environment variables: "
                "`BENCH_N`, `BENCH_SECONDS`, `BENCH_REPS`, `BENCH_INSERT_ROWS`, `BENCH_CLIENTS`, `BENCH_BATCH`, "
                "`BENCH_RT_CLIENTS`, `BENCH_REFILL_CLIENTS`, `BENCH_REFILL_BATCH`, `BENCH_REFILL_STEPS`, "
-               "`BENCH_SEG_STEP`; `BENCH_QUICK=1` picks small defaults for a quick check.", "")
+               "`BENCH_SEG_STEP`, and for section 7 `BENCH_MN_SECONDS`, `BENCH_MN_REPS`, `BENCH_MN_CLIENTS`, `BENCH_MN_PORT`; "
+               "`BENCH_QUICK=1` picks small defaults for a quick check, `BENCH_SECTIONS` picks sections.", "")
         self.w("## Machine", "", "| | |", "|---|---|",
                f"| CPU | {m['cpu']} ({m['cores']} cores as seen by the OS) |",
                f"| memory | {m['memory_gib']} GiB |",
@@ -626,6 +631,221 @@ class Report:
         return "\n".join(self.lines).rstrip() + "\n"
 
 
+# ---------------------------------------------------------------- 7. many nodes
+
+MN_BEGIN = "<!-- section 7 (multinode): begin; a run of only that section replaces this block -->"
+MN_END = "<!-- section 7 (multinode): end -->"
+MN_GENERATORS = ["segment", "snowflake", "nextval_c1", "uuid"]
+
+
+def mn_per_node(runs, nodes=None):
+    """IDs per second per node of each repetition: the mean over the nodes."""
+    out = []
+    for per in runs:
+        vals = [v["ids_per_s"] for n, v in per.items() if nodes is None or n in nodes]
+        out.append(sum(vals) / len(vals) if vals else None)
+    return out
+
+
+def multinode_block(res, own_run):
+    """Section 7 as markdown lines, between MN_BEGIN and MN_END. own_run: the
+    run had no other section, so the block says where its figures come from."""
+    L = [MN_BEGIN, "## 7. Many nodes (Citus)", ""]
+    sec = res["sections"]["multinode"]
+    p, m = res["params"], res["machine"]
+    cmd = os.environ.get("BENCH_COMMAND", "BENCH_SECTIONS=multinode bash scripts/bench.sh")
+    if sec.get("skipped"):
+        L += [f"> **SKIPPED** in the run of {res['started']} (`{cmd}`): {sec['skipped']}. No figures.", "", MN_END]
+        return L
+    mp = sec["params"]
+    if p["quick"]:
+        L += ["> **Quick run** (`BENCH_QUICK=1`): "
+              f"{mp['seconds']}-second pgbench runs, {mp['reps']} repetitions; the figures are indicative only.", ""]
+    # the block names its own run: it may be kept in a file whose other sections come from another
+    L += [("Measured in a run of this section alone" if own_run else "Measured in the run")
+          + f" started {res['started']}, on leaf_id commit `{m['commit'][:12]}` ({m['commit_subject']})"
+          + (" **with uncommitted changes to the source**" if m["source_dirty"] else "")
+          + f", with Citus {sec.get('citus_version', '?')}"
+          + ("; the sections above come from the run described at the top of this file" if own_run else "")
+          + ". Command:", "", "```sh", cmd, "```", ""]
+    cores = m["cores"]
+    L += [f"**On {cores} cores this is not a scaling test.** The nodes are three PostgreSQL servers on one machine: "
+          f"they share its {cores} cores with each other and with every pgbench client, so with 3 nodes each node "
+          "gets about a third of the CPU that the single node had, and the IDs per second per node drop for that "
+          "reason alone. What these figures do show is the relative cost: leaf_id against `nextval()` and "
+          "`gen_random_uuid()` on the same nodes in the same run, and a write to a reference table (which Citus "
+          "makes on every node, with a two-phase commit when there is more than one) against the same write to a "
+          "local table.", ""]
+    L += ["How: `scripts/bench_multinode.py` starts three servers of its own (`target/bench-citus`, ports "
+          f"{', '.join(str(v) for v in mp['ports'].values())}), each with `shared_preload_libraries = "
+          "'citus,leaf_id'`, `fsync` and `synchronous_commit` on, and `leaf_id.max_step = 1`, which pins every tag "
+          "at its `leaf_alloc.step` (the dynamic step cannot grow). Tag `t` has step "
+          f"{mp['t_step']:,} (a refill per {mp['t_step']:,} IDs), tag `r1` step 1 (a refill per call). "
+          "Phases, in this order:", "",
+          "- **local**: the coordinator alone, leaf_id's tables local: a plain server with Citus loaded "
+          "(refill cycle only);",
+          "- **1 node**: the same coordinator after `citus_set_coordinator_host` and "
+          "`SELECT create_reference_table('leaf_alloc'), create_reference_table('leaf_worker')`, no workers: "
+          "the reference tables have one placement, on the coordinator;",
+          "- **3 nodes**: two workers added (`citus_add_node`, then `replicate_reference_tables()`), "
+          f"{sec.get('placements', '?')} placements of the two tables; each node claimed its own snowflake worker "
+          f"id ({', '.join(f'{n} {i}' for n, i in sec.get('worker_ids', {}).items())}).", "",
+          "Settings read back from the coordinator: "
+          + ", ".join(f"`{k}` = {v}" for k, v in sorted(sec.get("settings", {}).items())) + ".", ""]
+
+    # the ratios in brief (medians, from the tables below)
+    t1, t3 = sec.get("throughput_1", {}), sec.get("throughput_3", {})
+    one = {k: med(mn_per_node(t1.get(k, []))) for k in MN_GENERATORS}
+    three = {k: med(mn_per_node(t3.get(k, []))) for k in MN_GENERATORS}
+
+    def cyc(key, case):
+        return med([statistics.mean(v["us"] / max(v["refills"], 1) for v in per.values())
+                    for per in sec.get(key, {}).get(case, [])])
+
+    def stmt(phase, node, key):
+        return med([r["mean_us"] for r in sec.get(phase, {}).get(node, {}).get(key, [])])
+    brief = []
+    if one["segment"] and three["segment"]:
+        brief.append(f"IDs per second per node, against `nextval()` of a local sequence on the same nodes: segment "
+                     f"{ratio(one['segment'], one['nextval_c1'])} with 1 node, "
+                     f"{ratio(three['segment'], three['nextval_c1'])} with 3; snowflake "
+                     f"{ratio(one['snowflake'], one['nextval_c1'])} and {ratio(three['snowflake'], three['nextval_c1'])}"
+                     f"; against `gen_random_uuid()`: segment {ratio(one['segment'], one['uuid'])} and "
+                     f"{ratio(three['segment'], three['uuid'])}, snowflake {ratio(one['snowflake'], one['uuid'])} and "
+                     f"{ratio(three['snowflake'], three['uuid'])}.")
+    loc = cyc("refill_local", "coord")
+    if loc:
+        brief.append(f"A refill as the worker does it (its whole cycle, as a waiting caller sees it) takes "
+                     f"{f(loc)} µs on a local table; through the reference table {f(cyc('refill_ref_1', 'coord'))} µs "
+                     f"with 1 node ({ratio(cyc('refill_ref_1', 'coord'), loc)}) and {f(cyc('refill_ref_3', 'coord'))} "
+                     f"µs from the coordinator, {f(cyc('refill_ref_3', 'worker1'))} µs from a worker with 3 nodes "
+                     f"({ratio(cyc('refill_ref_3', 'coord'), loc)}, {ratio(cyc('refill_ref_3', 'worker1'), loc)}).")
+    pr, pl = stmt("statements_3", "coord", "persist_ref"), stmt("statements_3", "coord", "persist_local")
+    if pr and pl:
+        brief.append(f"A lease renewal's `UPDATE` (timed from pgbench, not inside the worker) takes {f(pl)} µs on a "
+                     f"local table and {f(pr)} µs on the reference table with 3 nodes, from the coordinator "
+                     f"({ratio(pr, pl)}); the refill transaction {ratio(stmt('statements_3', 'coord', 'reserve_ref'), stmt('statements_3', 'coord', 'reserve_local'))}.")
+    if brief:
+        L += ["In brief (medians; details in the tables below):", ""] + [f"- {x}" for x in brief] + [""]
+
+    # IDs per second
+    if t1 or t3:
+        b, c = mp["batch"], mp["clients_per_node"]
+        L += ["### IDs per second per node", "",
+              f"pgbench on every node at once, {c} clients per node ({c} in all with 1 node, {3 * c} with 3), each "
+              f"transaction `SELECT count(f) FROM generate_series(1, {b}) g`, {mp['seconds']} s per run, against "
+              "the node it runs on. Per node: the mean over the nodes of a run; medians over the repetitions "
+              "(the competitors rotate within each). `nextval('s1')` is a local `CACHE 1` sequence on each "
+              "node. Speed ratios: above 1 = more IDs per second than the reference on the same nodes.", "",
+              "| competitor | 1 node: M IDs/s | spread | 3 nodes: M IDs/s per node | spread | 3 nodes: in all "
+              "| per node, 3 nodes ÷ 1 node | vs nextval, 1 node | vs nextval, 3 nodes | vs uuid, 1 node "
+              "| vs uuid, 3 nodes |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for k in MN_GENERATORS:
+            total = med([sum(v["ids_per_s"] for v in per.values()) for per in t3.get(k, [])])
+            L.append(f"| {LABEL_MN[k]} | {f(one[k] and one[k] / 1e6, 3)} | {pct(spread(mn_per_node(t1.get(k, []))))} | "
+                     f"{f(three[k] and three[k] / 1e6, 3)} | {pct(spread(mn_per_node(t3.get(k, []))))} | "
+                     f"{f(total and total / 1e6, 3)} | {ratio(three[k], one[k])} | "
+                     f"{ratio(one[k], one['nextval_c1'])} | {ratio(three[k], three['nextval_c1'])} | "
+                     f"{ratio(one[k], one['uuid'])} | {ratio(three[k], three['uuid'])} |")
+        waits = [v["seg_waits"] for per in t1.get("segment", []) + t3.get("segment", []) for v in per.values()]
+        refills = [v["seg_refills"] for per in t3.get("segment", []) for v in per.values()]
+        L += ["", f"Segment calls that waited for a refill during these runs: {sum(waits):,} (all runs, all nodes); "
+              f"refills of tag `t` in the 3-node runs: {sum(refills):,}. By node in the 3-node runs (M IDs/s, "
+              "median): " + "; ".join(
+                  f"{LABEL_MN[k]}: " + ", ".join(
+                      f"{n} {f(med([per[n]['ids_per_s'] for per in t3.get(k, []) if n in per]) / 1e6, 3)}"
+                      for n in sorted({n for per in t3.get(k, []) for n in per}))
+                  for k in MN_GENERATORS if t3.get(k)) + ".", ""]
+
+    # refill cycle
+    cases = [("refill_local", "coord", "coordinator alone", "local table"),
+             ("refill_ref_1", "coord", "coordinator alone (1 node)", "reference table, 1 placement"),
+             ("refill_ref_3", "coord", "coordinator, 3 nodes", "reference table, 3 placements"),
+             ("refill_ref_3", "worker1", "worker1, 3 nodes", "reference table, 3 placements"),
+             ("refill_ref_3", "all", "all 3 nodes at once, same tag", "reference table, 3 placements")]
+
+    def cycle(key, case):
+        """(µs per refill, refills per s, calls that waited, calls) medians; per node for 'all'."""
+        runs = sec.get(key, {}).get(case, [])
+        us = [statistics.mean(v["us"] / max(v["refills"], 1) for v in per.values()) for per in runs]
+        rate = [sum(v["refills"] / (v["us"] / 1e6) for v in per.values()) for per in runs]
+        return med(us), spread(us), med(rate), med([sum(v["waits"] for v in per.values()) for per in runs]), \
+            med([sum(v["calls"] for v in per.values()) for per in runs])
+
+    if any(sec.get(k) for k, *_ in cases):
+        base = cycle("refill_local", "coord")[0]
+        L += ["### Refill cycle: local table against reference table", "",
+              "One session per node calls `leaf_segment_next('r1')` one call after another for "
+              f"{mp['seconds']} s (`bench_drain`, PL/pgSQL). With step 1 every call needs a segment of its own, "
+              "so the calls run at the rate at which the node's background worker refills: µs per refill = the "
+              "session's elapsed time ÷ the refills it caused (`leaf_segment_status.refills`, delta). That is the "
+              "worker's whole refill cycle as a caller sees it: the wake-up, the refill transaction (lock the "
+              "row with an `UPDATE`, move `max_id` on with a second `UPDATE`, read it back, commit with "
+              "`synchronous_commit = on`) and publishing the segment. With *all 3 nodes at once* the three nodes "
+              "refill the same row, so their refills queue on its lock: µs per refill is per node (the mean "
+              "over the nodes), refills per second are those of all three together.", "",
+              "| where | `leaf_alloc` | µs per refill | spread | refills per s (all nodes) | vs local table "
+              "| calls that waited / calls |", "|---|---|---:|---:|---:|---:|---:|"]
+        for key, case, where, table in cases:
+            us, sp, rate, w, calls = cycle(key, case)
+            if us is None:
+                continue
+            L.append(f"| {where} | {table} | {f(us)} | {pct(sp)} | {f(rate)} | {ratio(us, base)} | "
+                     f"{f(w)} / {f(calls)} |")
+        L += ["", "A refill reserves a whole segment, so in normal use its latency is hidden: a tag's next "
+              "segment is fetched in the background when the current one is 10% used, and a call waits only "
+              "when both are empty. The cost of a slower refill is the lower ceiling on IDs per second for a "
+              "tag whose segments are small: about step × refills per second per node.", ""]
+
+    # statements
+    st1, st3 = sec.get("statements_1", {}), sec.get("statements_3", {})
+    if st1 or st3:
+        L += ["### The worker's statements from pgbench: reference table against local table", "",
+              "The same SQL that the background worker runs, sent by pgbench (1 client, "
+              f"{mp['seconds']} s per run, `-M prepared`) to the reference table and to a local copy of it "
+              "(`CREATE TABLE ... (LIKE leaf_alloc INCLUDING ALL)`, likewise for `leaf_worker`) on the same node "
+              "in the same run. *Refill*: the transaction of `reserve()` in `src/segment_worker.rs` (`BEGIN`; "
+              "the locking `UPDATE ... RETURNING`; the guarded `UPDATE` of `max_id`; the `SELECT` that reads it "
+              "back; `COMMIT`) on a step-1 tag of its own. *Lease renewal*: the `UPDATE` of `persist()` in "
+              "`src/snowflake_worker.rs` (autocommit) on a row of its own. Constants stand in for the worker's "
+              "parameters. This measures the SQL and its commit as a client session sees them, not the worker's "
+              "wake-up or shared memory; mean = 1 / TPS, p99 from pgbench's per-transaction log.", "",
+              "| node | statement | reference table: mean µs | p99 µs | local table: mean µs | p99 µs "
+              "| reference ÷ local |", "|---|---|---:|---:|---:|---:|---:|"]
+        for label, st in (("1 node", st1), ("3 nodes", st3)):
+            for node, runs in st.items():
+                for stmt, name in (("reserve", "refill transaction"), ("persist", "lease renewal")):
+                    ref = med([r["mean_us"] for r in runs.get(f"{stmt}_ref", [])])
+                    loc = med([r["mean_us"] for r in runs.get(f"{stmt}_local", [])])
+                    L.append(f"| {node}, {label} | {name} | {f(ref)} | "
+                             f"{f(med([r['p99_us'] for r in runs.get(f'{stmt}_ref', [])]))} | {f(loc)} | "
+                             f"{f(med([r['p99_us'] for r in runs.get(f'{stmt}_local', [])]))} | {ratio(ref, loc)} |")
+        L += ["", "A node renews its lease once per `leaf_id.heartbeat_interval` (1 s by default) whatever the "
+              "traffic, so the renewal's latency costs no IDs as long as it stays well below "
+              "`leaf_id.lease_ahead` (3 s); with 3 nodes each renewal writes every node.", ""]
+    errs = [e for e in res.get("errors", []) if e["where"].startswith("multinode")]
+    if errs:
+        def first(msg):
+            lines = msg.splitlines() or [""]
+            return next((x for x in lines if "error" in x.lower()), lines[0])[:300]
+        L += ["Failed measurements of this section (missing from the medians): "
+              + "; ".join(f"*{e['where']}*: `{first(e['error'])}`" for e in errs), ""]
+    L.append(MN_END)
+    return L
+
+
+LABEL_MN = {"segment": "`leaf_segment_next('t')`", "snowflake": "`leaf_snowflake_next()`",
+            "nextval_c1": "`nextval('s1')`, CACHE 1", "uuid": "`gen_random_uuid()`"}
+
+
+def split_block(text):
+    """(before, block, after) of the section 7 block in text; block None if absent."""
+    i, j = text.find(MN_BEGIN), text.find(MN_END)
+    if i < 0 or j < i:
+        return text, None, ""
+    return text[:i], text[i:j + len(MN_END)], text[j + len(MN_END):]
+
+
 def chart(res, path):
     import matplotlib
     matplotlib.use("Agg")
@@ -678,7 +898,26 @@ def main():
         sys.exit(__doc__)
     with open(sys.argv[1]) as fh:
         res = json.load(fh)
+    try:
+        with open(sys.argv[2]) as fh:
+            old = fh.read()
+    except FileNotFoundError:
+        old = ""
+    before, old_block, after = split_block(old)
+    if set(res["sections"]) == {"multinode"} and before.strip():
+        # a run of section 7 alone: replace its block, keep the rest of the file
+        block = "\n".join(multinode_block(res, own_run=True))
+        md = before.rstrip() + "\n\n" + block + "\n" + after.lstrip("\n")
+        with open(sys.argv[2], "w") as fh:
+            fh.write(md.rstrip() + "\n")
+        print(f"wrote section 7 of {sys.argv[2]} (the rest of the file is from an earlier run)")
+        return
     md = Report(res).build()
+    if "multinode" in res["sections"]:
+        md = md.rstrip() + "\n\n" + "\n".join(multinode_block(res, own_run=False)) + "\n"
+    elif old_block:
+        # a run without section 7 keeps the block of the run that measured it (it names its own run)
+        md = md.rstrip() + "\n\n" + old_block + "\n"
     with open(sys.argv[2], "w") as fh:
         fh.write(md)
     if chart(res, sys.argv[3]):

@@ -63,7 +63,13 @@ P = {
     "batch_call": env_int("BENCH_BATCH_CALL", 1000, 1000),
     # step of the tag 't' used everywhere else
     "seg_step": env_int("BENCH_SEG_STEP", 1_000, 1_000),
-    "sections": env_str("BENCH_SECTIONS", "bulk scaling roundtrip insert refill batch").split(),
+    # 7. many nodes (Citus): seconds per pgbench run, repetitions, clients per node, first port
+    "mn_seconds": env_int("BENCH_MN_SECONDS", 3, 1),
+    "mn_reps": env_int("BENCH_MN_REPS", 3, 2),
+    "mn_clients": env_int("BENCH_MN_CLIENTS", 2, 2),
+    "mn_port": env_int("BENCH_MN_PORT", env_int("BENCH_PORT", 28870, 28870) + 1,
+                       env_int("BENCH_PORT", 28870, 28870) + 1),
+    "sections": env_str("BENCH_SECTIONS", "bulk scaling roundtrip insert refill batch multinode").split(),
     "work": env_str("BENCH_WORK", os.path.join(ROOT, "target", "bench-work")),
 }
 if P["reps"] < 1:
@@ -119,15 +125,16 @@ class BenchError(Exception):
     pass
 
 
-def conn_args():
-    return ["-h", "127.0.0.1", "-p", str(P["port"]), "-U", "postgres"]
+def conn_args(port=None):
+    return ["-h", "127.0.0.1", "-p", str(port or P["port"]), "-U", "postgres"]
 
 
-def psql(sql, db=None, timeout=3600):
-    """Run SQL through psql (unaligned, tuples only, '|' separated); stdout."""
+def psql(sql, db=None, timeout=3600, port=None):
+    """Run SQL through psql (unaligned, tuples only, '|' separated); stdout.
+    port: another server than the benchmark cluster (section 7's nodes)."""
     r = subprocess.run(
         [f"{PGBIN}/psql", "-X", "-q", "-At", "-F", "|", "-v", "ON_ERROR_STOP=1",
-         *conn_args(), "-d", db or P["db"]],
+         *conn_args(port), "-d", db or P["db"]],
         input=sql, capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
         raise BenchError(f"psql exit {r.returncode}: {r.stderr.strip()}\n-- SQL:\n{sql.strip()[:600]}")
@@ -286,26 +293,45 @@ def snowflake_span(n):
 
 # ---------------------------------------------------------------- pgbench
 
-def pgbench(name, script, clients, log_prefix=None):
+def pgbench_start(name, script, clients, log_prefix=None, port=None, db=None, seconds=None, raw=False):
+    """Start pgbench (returns the process; pgbench_finish reads it). port, db
+    and seconds default to the benchmark cluster's and BENCH_SECONDS; raw:
+    the script is written as given (several statements, meta-commands)."""
     os.makedirs(P["work"], exist_ok=True)
     path = os.path.join(P["work"], f"{name}.sql")
     with open(path, "w") as f:
-        f.write(script.rstrip(";\n") + ";\n")
-    cmd = [f"{PGBIN}/pgbench", *conn_args(), "-n", "-M", "prepared", "-c", str(clients), "-j", str(clients),
-           "-T", str(P["seconds"]), "-f", path]
+        f.write(script if raw else script.rstrip(";\n") + ";\n")
+    seconds = seconds or P["seconds"]
+    cmd = [f"{PGBIN}/pgbench", *conn_args(port), "-n", "-M", "prepared", "-c", str(clients), "-j", str(clients),
+           "-T", str(seconds), "-f", path]
     if log_prefix:
         cmd += ["-l", f"--log-prefix={log_prefix}"]
-    cmd.append(P["db"])
-    r = subprocess.run(cmd, cwd=P["work"], capture_output=True, text=True, timeout=P["seconds"] * 20 + 300)
-    out = r.stdout + r.stderr
+    cmd.append(db or P["db"])
+    proc = subprocess.Popen(cmd, cwd=P["work"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.bench_name, proc.bench_timeout = name, seconds * 20 + 300
+    return proc
+
+
+def pgbench_finish(proc):
+    try:
+        stdout, stderr = proc.communicate(timeout=proc.bench_timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    out = stdout + stderr
     m_tps = re.search(r"^tps = ([\d.]+) \(without initial connection time\)", out, re.M)
     m_n = re.search(r"^number of transactions actually processed: (\d+)", out, re.M)
     m_fail = re.search(r"^number of failed transactions: (\d+)", out, re.M)
     failed = int(m_fail.group(1)) if m_fail else 0
-    if r.returncode != 0 or not m_tps or failed:
-        raise BenchError(f"pgbench {name} (exit {r.returncode}, failed {failed}): "
+    if proc.returncode != 0 or not m_tps or failed:
+        raise BenchError(f"pgbench {proc.bench_name} (exit {proc.returncode}, failed {failed}): "
                          + "\n".join(l for l in out.splitlines() if not l.startswith("progress"))[-1500:])
     return {"tps": float(m_tps.group(1)), "transactions": int(m_n.group(1)) if m_n else None}
+
+
+def pgbench(name, script, clients, log_prefix=None, **kw):
+    return pgbench_finish(pgbench_start(name, script, clients, log_prefix, **kw))
 
 
 # ---------------------------------------------------------------- 2. scaling
@@ -556,6 +582,15 @@ def bench_batch():
     return res
 
 
+# ---------------------------------------------------------------- 7. many nodes
+
+def bench_multinode():
+    """Section 7 starts and stops its own Citus nodes: scripts/bench_multinode.py."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bench_multinode
+    return bench_multinode.run(sys.modules[__name__])
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -567,7 +602,8 @@ def main():
     results = {"params": P, "labels": LABELS, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                "machine": machine_info(), "settings": server_settings(), "sections": {}, "load": {}}
     sections = {"bulk": bench_bulk, "scaling": bench_scaling, "roundtrip": bench_roundtrip,
-                "insert": bench_insert, "refill": bench_refill, "batch": bench_batch}
+                "insert": bench_insert, "refill": bench_refill, "batch": bench_batch,
+                "multinode": bench_multinode}
     for name in P["sections"]:
         if name not in sections:
             sys.exit(f"unknown section {name}")
