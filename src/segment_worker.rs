@@ -9,7 +9,7 @@ use crate::segment::buffer::MAX_SEGMENT_LEN;
 use crate::segment::step::{PreviousRefill, StepPolicy};
 use crate::settings;
 use crate::shmem::{TagStatus, shared};
-use crate::transaction::{JobError, in_transaction, spi_err};
+use crate::transaction::{JobError, explain_unreachable, in_transaction, spi_err};
 use crate::worker::WorkerContext;
 use pgrx::prelude::*;
 use pgrx::spi::Spi;
@@ -296,7 +296,8 @@ impl SegmentJobs {
             // commit fails the mark only leaves a gap
             remember_reserved(ctx.dboid, &tag, r.start + r.len)?;
             Ok(r)
-        });
+        })
+        .map_err(|e| explain_unreachable(e, &format!("refill tag \"{tag}\""), "leaf_alloc"));
         {
             let _g = sh.lock_tag(i);
             slot.refill_in_flight.store(false, SeqCst);

@@ -13,7 +13,7 @@ use crate::errors::code_of;
 use crate::settings;
 use crate::shmem::{SnowflakeState, shared};
 use crate::snowflake::claim::{self, ClaimPlan, OwnRow, RegistryRow, Take};
-use crate::transaction::{JobError, in_transaction, spi_err};
+use crate::transaction::{JobError, explain_unreachable, in_transaction, spi_err};
 use crate::worker::WorkerContext;
 use pgrx::prelude::*;
 use pgrx::spi::{Spi, SpiClient};
@@ -535,6 +535,7 @@ impl SnowflakeJobs {
             slot.generator.close(crate::snowflake_api::epoch());
             let db = ctx.db;
             let result = in_transaction(|schema| claim(schema, db))
+                .map_err(|e| explain_unreachable(e, "claim a snowflake worker id", "leaf_worker"))
                 .and_then(|c| publish_claim(db, &c).map(|()| c));
             let _g = sh.lock_db(ctx.db);
             match result {
@@ -563,7 +564,10 @@ impl SnowflakeJobs {
             if due || wanted {
                 self.last_heartbeat = Some(Instant::now());
                 let db = ctx.db;
-                match in_transaction(|schema| renew(schema, db)) {
+                let renewed = in_transaction(|schema| renew(schema, db)).map_err(|e| {
+                    explain_unreachable(e, "renew the snowflake lease", "leaf_worker")
+                });
+                match renewed {
                     // in_transaction refuses a commit that a synchronous
                     // standby has not confirmed
                     Ok(mark) => slot.generator.lease_ms.store(mark, SeqCst),

@@ -38,6 +38,27 @@ pub(crate) fn spi_err(e: pgrx::spi::SpiError) -> JobError {
     JobError::new(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string())
 }
 
+/// A job's error from a statement that could not reach another server
+/// (SQLSTATE class 08): on Citus, a node holding a copy of a reference table
+/// is down, and every write to the table needs every active node holding a
+/// copy. Says which job failed and what the operator can do, before the
+/// first line of the original message (the recorded message is cut at 256
+/// bytes); the SQLSTATE stays. Other errors pass unchanged.
+pub(crate) fn explain_unreachable(e: JobError, job: &str, table: &str) -> JobError {
+    let class = e.sqlstate & ((1 << 12) - 1);
+    if class != code_of(PgSqlErrorCode::ERRCODE_CONNECTION_EXCEPTION) {
+        return e;
+    }
+    let cause = e.message.lines().next().unwrap_or("").trim_end();
+    JobError {
+        sqlstate: e.sqlstate,
+        message: format!(
+            "leaf_id could not {job}: a node with a copy of {table} is unreachable; \
+             start it, or run citus_disable_node for it: {cause}"
+        ),
+    }
+}
+
 pub const EXTENSION_GONE: &str = "extension leaf_id is not installed in this database";
 
 /// The catalog version (the extension's SQL objects) this library serves.

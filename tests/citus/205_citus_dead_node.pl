@@ -1,0 +1,287 @@
+# leaf_id on Citus, issue 8 item 5: one node down, measured.
+#
+# Under load on the coordinator and worker1 (on each, one session drawing
+# segment IDs of a step-10 tag and one drawing snowflake IDs, each call
+# logged with its time, its ID or its SQLSTATE and message), worker2's
+# postmaster is killed (kill -9). Then:
+#  - how long the survivors keep issuing, which error their callers get and
+#    how long a refused call waits (leaf_id.refill_timeout = 3 s);
+#  - the operator action, citus_disable_node of worker2, after which the
+#    survivors resume by themselves (nothing of leaf_id is called);
+#  - worker2 started again and citus_activate_node: worker2 gets its own
+#    worker id back, draws IDs, and its copies of the shared tables equal
+#    the coordinator's;
+#  - over all of it, no ID issued twice.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use lib "$FindBin::RealBin/../tap";
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use IPC::Run;
+use Time::HiRes qw(time usleep);
+use CitusTap;
+use SegmentTap qw(try_sql);
+
+my ($coord, $w1, $w2) = citus_cluster(conf => "leaf_id.refill_timeout = 3000\nleaf_id.max_step = 100\n");
+$coord->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) VALUES ('dn', 10)});
+my %wid = map { $_->name => leaf_worker_id_of($_) } ($coord, $w1, $w2);
+my $w2port = $w2->port;
+
+# On each node, local objects (DDL propagation off): the log of every call
+# and a procedure that draws until told to stop (or a safety deadline).
+my $local_sql = q{
+SET citus.enable_ddl_propagation = off;
+CREATE TABLE drawlog (session text, t float8, ms float8, id bigint, state text, msg text);
+CREATE TABLE drawctl (stop bool);
+INSERT INTO drawctl VALUES (false);
+CREATE PROCEDURE draw_for(p_session text, p_mode text, p_seconds float8) LANGUAGE plpgsql AS $$
+DECLARE
+  t_end timestamptz := clock_timestamp() + p_seconds * interval '1 second';
+  t0 timestamptz; v bigint; st text; m text;
+BEGIN
+  WHILE clock_timestamp() < t_end AND NOT (SELECT stop FROM drawctl) LOOP
+    t0 := clock_timestamp(); v := NULL; st := NULL; m := NULL;
+    BEGIN
+      IF p_mode = 'segment' THEN v := leaf_segment_next('dn'); ELSE v := leaf_snowflake_next(); END IF;
+    EXCEPTION WHEN OTHERS THEN
+      GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, m = MESSAGE_TEXT;
+    END;
+    INSERT INTO drawlog VALUES (p_session, extract(epoch FROM t0),
+      extract(epoch FROM clock_timestamp() - t0) * 1000, v, st, m);
+    COMMIT;
+    PERFORM pg_sleep(CASE WHEN st IS NULL THEN 0.002 ELSE 0.05 END);
+  END LOOP;
+END $$;
+};
+$_->safe_psql('postgres', $local_sql) for ($coord, $w1, $w2);
+
+# Start a drawing session (a psql in the background).
+my @running;
+sub start_drawing
+{
+	my ($node, $session, $mode) = @_;
+	my ($out, $err) = ('', '');
+	my $h = IPC::Run::start(
+		[ 'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres'),
+		  '-c', "CALL draw_for('$session', '$mode', 240)" ],
+		'<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout(300));
+	push @running, [ $node, $session, $h, \$err ];
+}
+
+sub stop_drawing
+{
+	my %nodes = map { $_->[0]->name => $_->[0] } @running;
+	$_->safe_psql('postgres', 'UPDATE drawctl SET stop = true') for values %nodes;
+	for my $r (@running)
+	{
+		my $ok = eval { $r->[2]->finish };
+		ok($ok, "session $r->[1] ended cleanly") or diag "${ $r->[3] } $@";
+	}
+	@running = ();
+	$_->safe_psql('postgres', 'UPDATE drawctl SET stop = false') for values %nodes;
+}
+
+# Per session, between $from and $to (epoch seconds): successes, the last
+# success, the first failure, the failures' SQLSTATEs and messages and their
+# longest wait.
+sub summary
+{
+	my ($node, $session, $from, $to) = @_;
+	my $row = $node->safe_psql(
+		'postgres', qq{
+SELECT count(id), coalesce(max(t) FILTER (WHERE id IS NOT NULL), 0),
+       coalesce(min(t) FILTER (WHERE id IS NULL), 0),
+       count(*) FILTER (WHERE id IS NULL),
+       coalesce(max(ms) FILTER (WHERE id IS NULL), 0),
+       coalesce(string_agg(DISTINCT state || ' ' || msg, ' | ') FILTER (WHERE id IS NULL), '')
+FROM drawlog WHERE session = '$session' AND t >= $from AND t < $to});
+	my @f = split /\|/, $row, 6;
+	return { ok => $f[0], last_ok => $f[1], first_err => $f[2], errors => $f[3], max_err_ms => $f[4],
+		states => $f[5] };
+}
+
+# The first success at or after $from, 0 if none.
+sub first_ok_after
+{
+	my ($node, $session, $from) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT coalesce(min(t), 0) FROM drawlog WHERE session = '$session' AND id IS NOT NULL AND t >= $from");
+}
+
+my @survivors = ([ $coord, 'coord' ], [ $w1, 'w1' ]);
+for my $s (@survivors)
+{
+	start_drawing($s->[0], "$s->[1]_seg", 'segment');
+	start_drawing($s->[0], "$s->[1]_snow", 'snowflake');
+}
+sleep 3;
+
+# --- worker2 dies ------------------------------------------------------------
+my $t_kill = time;
+$w2->kill9;
+sleep 12;
+my $t_after = time;
+my %gone;    # how long each session issued after the kill
+for my $s (@survivors)
+{
+	for my $mode ('seg', 'snow')
+	{
+		my $session = "$s->[1]_$mode";
+		my $r = summary($s->[0], $session, $t_kill, $t_after);
+		$gone{$session} = $r;
+		note sprintf(
+			'%s after kill -9 of worker2: %d IDs, the last %.2f s after the kill; first refusal %.2f s after; %d refusals, longest wait %.0f ms; %s',
+			$session, $r->{ok}, $r->{last_ok} - $t_kill, $r->{first_err} - $t_kill, $r->{errors},
+			$r->{max_err_ms}, $r->{states});
+		my $what = $mode eq 'seg' ? 'refill tag "dn"' : 'renew the snowflake lease';
+		my $table = $mode eq 'seg' ? 'leaf_alloc' : 'leaf_worker';
+		cmp_ok($r->{errors}, '>', 0, "$session: calls are refused once worker2 is dead");
+		my @other = grep { !/^08006 leaf_id could not \Q$what\E: a node with a copy of $table is unreachable; start it, or run citus_disable_node for it: connection to the remote node postgres\@127\.0\.0\.1:$w2port failed/ }
+		  split / \| /, $r->{states};
+		is(scalar @other, 0, "$session: every refusal is 08006, saying what failed and what to do")
+		  or diag explain \@other;
+		cmp_ok($r->{max_err_ms}, '<', 3500, "$session: a refused call waits less than leaf_id.refill_timeout (3 s)");
+		if ($mode eq 'snow')
+		{
+			# the lease (leaf_id.lease_ahead, 3 s) was renewed at most a
+			# heartbeat interval (1 s) before the kill
+			cmp_ok($r->{last_ok} - $t_kill, '>', 1.0, "$session: snowflake keeps issuing on its lease");
+			cmp_ok($r->{last_ok} - $t_kill, '<', 3.5, "$session: snowflake stops when its lease runs out (3 s)");
+		}
+		else
+		{
+			cmp_ok($r->{last_ok} - $t_kill, '<', 3, "$session: segment stops when its cached segments (at most 2 x 100 IDs) run out");
+		}
+	}
+}
+
+# --- the operator disables worker2 -------------------------------------------
+my $dis = try_sql($coord, 'postgres', "SELECT citus_disable_node('127.0.0.1', $w2port)");
+is($dis->{ret}, 0, 'citus_disable_node of the dead worker2 works') or diag $dis->{err};
+my $t_disable = time;
+my %resumed;
+for my $s (@survivors)
+{
+	for my $mode ('seg', 'snow')
+	{
+		my $session = "$s->[1]_$mode";
+		my $first = 0;
+		my $deadline = time + 30;
+		while (time < $deadline)
+		{
+			$first = first_ok_after($s->[0], $session, $t_disable);
+			last if $first > 0;
+			usleep(200_000);
+		}
+		$resumed{$session} = $first;
+		note sprintf('%s: first ID %.2f s after citus_disable_node', $session, $first - $t_disable) if $first;
+		ok($first > 0 && $first - $t_disable < 5, "$session resumes by itself within 5 s of citus_disable_node of worker2");
+	}
+}
+sleep 2;
+
+# --- worker2 returns ---------------------------------------------------------
+$w2->start;
+# before it is activated again: what worker2 issues (its metadata still
+# says it is active, with its own, stale copies of the shared tables)
+my %early = (seg => [], snow => []);
+my @early_refusals;
+my $early_end = time + 5;
+while (time < $early_end)
+{
+	for my $mode ('seg', 'snow')
+	{
+		my $f = $mode eq 'seg' ? q{leaf_segment_next('dn')} : 'leaf_snowflake_next()';
+		my $r = try_sql($w2, 'postgres', "SELECT $f FROM generate_series(1, 5)");
+		if ($r->{ret} == 0) { push @{ $early{$mode} }, split /\n/, $r->{out} }
+		else { push @early_refusals, "$mode: " . ($r->{sqlstate} // 'none') . ' ' . ($r->{err} =~ s/\n.*//sr) }
+	}
+	usleep(200_000);
+}
+note sprintf('worker2 started, not yet activated: %d segment and %d snowflake IDs, %d refusals, first: %s',
+	scalar @{ $early{seg} }, scalar @{ $early{snow} }, scalar @early_refusals, $early_refusals[0] // '-');
+# its stale copy of leaf_alloc: the guard refuses its refills; its own
+# leaf_worker row is the same on every copy, so snowflake may issue
+ok(!grep({ !/^seg: XX001 .*leaf_alloc.max_id of tag "dn" is \d+ in one copy of the table and different in another/ } @early_refusals),
+	'worker2 not yet activated: the only refusals are of refills, by the guard (stale copy, XX001)')
+  or diag explain \@early_refusals;
+my $act = try_sql($coord, 'postgres', "SELECT citus_activate_node('127.0.0.1', $w2port)");
+is($act->{ret}, 0, 'citus_activate_node of the returned worker2 works') or diag $act->{err};
+# citus_disable_node dropped worker2's placements of the reference tables
+# from the metadata; this copies them to it again
+my $rep = try_sql($coord, 'postgres', "SELECT replicate_reference_tables('block_writes')");
+is($rep->{ret}, 0, 'replicate_reference_tables() works') or diag $rep->{err};
+my $t_back = time;
+start_drawing($w2, 'w2_seg', 'segment');
+start_drawing($w2, 'w2_snow', 'snowflake');
+for my $session ('w2_seg', 'w2_snow')
+{
+	my $first = 0;
+	my $deadline = time + 30;
+	while (time < $deadline)
+	{
+		$first = first_ok_after($w2, $session, 0);
+		last if $first > 0;
+		usleep(200_000);
+	}
+	note sprintf('%s: first ID %.2f s after citus_activate_node', $session, $first - $t_back) if $first;
+	ok($first > 0, "$session: worker2 issues again after it returned");
+}
+sleep 4;
+stop_drawing();
+
+for my $n ($coord, $w1, $w2)
+{
+	note $n->name . ' log: '
+	  . $n->safe_psql('postgres',
+		q{SELECT string_agg(session || ' ' || n || ' ok / ' || e || ' refused', ', ') FROM (SELECT session, count(id) n, count(*) - count(id) e FROM drawlog GROUP BY session) s});
+	note $n->name . ' refusals: '
+	  . $n->safe_psql('postgres', q{SELECT string_agg(DISTINCT session || ': ' || state || ' ' || msg, E'\n') FROM drawlog WHERE id IS NULL});
+}
+
+# --- no ID twice -------------------------------------------------------------
+my (%seen, %dup);
+for my $mode ('seg', 'snow')
+{
+	$dup{$mode}++ for grep { $seen{$mode}{$_}++ } @{ $early{$mode} };
+}
+for my $n ($coord, $w1, $w2)
+{
+	for my $line (split /\n/, $n->safe_psql('postgres', q{SELECT session, id FROM drawlog WHERE id IS NOT NULL}))
+	{
+		my ($session, $id) = split /\|/, $line;
+		my $mode = $session =~ /seg/ ? 'seg' : 'snow';
+		$dup{$mode}++ if $seen{$mode}{$id}++;
+	}
+}
+note "IDs issued: " . join(', ', map { "$_ " . scalar(keys %{ $seen{$_} }) } sort keys %seen);
+is($dup{seg} // 0, 0, 'no segment ID issued twice over the three nodes');
+is($dup{snow} // 0, 0, 'no snowflake ID issued twice over the three nodes');
+my %snow_wid;
+for my $n ([ $coord, 'coord' ], [ $w1, 'w1' ], [ $w2, 'w2' ])
+{
+	is( $n->[0]->safe_psql(
+			'postgres',
+			"SELECT string_agg(DISTINCT ((id >> 12) & 1023)::text, ',') FROM drawlog WHERE session = '$n->[1]_snow' AND id IS NOT NULL"),
+		$wid{ $n->[0]->name },
+		$n->[0]->name . "'s snowflake IDs all carry its own worker id");
+}
+
+# --- the copies agree again --------------------------------------------------
+for my $t ('leaf_alloc', 'leaf_worker')
+{
+	my ($key, $cols) = $t eq 'leaf_alloc' ? ('biz_tag', 'biz_tag, max_id') : ('worker_id', 'worker_id, node_name, owner_token');
+	my $r = try_sql($coord, 'postgres',
+		qq{SELECT nodeport, result FROM run_command_on_placements('$t', \$\$SELECT string_agg(concat_ws('=', $cols), ',' ORDER BY $key) FROM %s\$\$) ORDER BY nodeport});
+	note "$t placements: $r->{out} $r->{err}";
+	my %res = map { (split /\|/, $_, 2)[1] => 1 } split /\n/, $r->{out};
+	is(scalar(keys %res), 1, "every copy of $t says the same");
+	like($r->{out}, qr/^$w2port\|/m, "worker2 holds a copy of $t again");
+}
+
+$_->stop for ($w2, $w1, $coord);
+done_testing();

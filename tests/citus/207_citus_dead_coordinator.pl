@@ -1,0 +1,107 @@
+# leaf_id on Citus, issue 8 item 5: a dead coordinator, measured.
+#
+# The coordinator holds a copy of the reference tables too, so once its
+# postmaster is killed (kill -9) every refill and lease renewal of the
+# workers fails: they issue snowflake IDs until their lease runs out and
+# segment IDs until their cached segments run out, then refuse with 08006
+# (saying what failed) within leaf_id.refill_timeout. There is no operator
+# action on a worker (citus_disable_node runs on the coordinator). When the
+# coordinator is started again, the workers resume by themselves, with no ID
+# twice.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use lib "$FindBin::RealBin/../tap";
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+use CitusTap;
+use SegmentTap qw(try_sql);
+
+my ($coord, $w1, $w2) = citus_cluster(conf => "leaf_id.refill_timeout = 3000\nleaf_id.max_step = 100\n");
+$coord->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) VALUES ('dc', 10)});
+my %wid = map { $_->name => leaf_worker_id_of($_) } ($coord, $w1, $w2);
+
+my %ids = (seg => {}, snow => {});
+my $dups = 0;
+
+# Draw 20 IDs of each mode on each worker, again and again for $seconds:
+# per worker and mode the time of the last success and the refusals
+# ([time, sqlstate, first line, seconds the call took]).
+sub draw_phase
+{
+	my ($seconds, $t0) = @_;
+	my %res;
+	my $end = time + $seconds;
+	while (time < $end)
+	{
+		for my $n ($w1, $w2)
+		{
+			for my $mode ('seg', 'snow')
+			{
+				my $f = $mode eq 'seg' ? q{leaf_segment_next('dc')} : 'leaf_snowflake_next()';
+				my $t = time;
+				my $r = try_sql($n, 'postgres', "SELECT $f FROM generate_series(1, 20)");
+				my $k = $n->name . "_$mode";
+				if ($r->{ret} == 0)
+				{
+					$res{$k}{last_ok} = $t - $t0;
+					$dups += grep { $ids{$mode}{$_}++ } split /\n/, $r->{out};
+				}
+				else
+				{
+					push @{ $res{$k}{refusals} },
+					  [ $t - $t0, $r->{sqlstate} // 'none', $r->{err} =~ s/^.*?ERROR:\s+//sr =~ s/\n.*//sr, time - $t ];
+				}
+				$res{$k}{first_ok} //= $t - $t0 if $r->{ret} == 0;
+			}
+		}
+		usleep(20_000);
+	}
+	return \%res;
+}
+
+draw_phase(2, time);
+my $t_kill = time;
+$coord->kill9;
+my $down = draw_phase(10, $t_kill);
+for my $n ($w1, $w2)
+{
+	for my $mode ('seg', 'snow')
+	{
+		my $k = $n->name . "_$mode";
+		my $r = $down->{$k};
+		my @ref = @{ $r->{refusals} // [] };
+		my $longest = 0;
+		$longest = $_->[3] > $longest ? $_->[3] : $longest for @ref;
+		note sprintf('%s with the coordinator dead: last ID %.2f s after the kill; %d refusals, first %.2f s after, longest call %.2f s; %s',
+			$k, $r->{last_ok} // -1, scalar @ref, @ref ? $ref[0][0] : -1, $longest, @ref ? "$ref[0][1] $ref[0][2]" : '-');
+		cmp_ok(scalar @ref, '>', 0, "$k: refused once the coordinator is dead");
+		is(scalar(grep { $_->[1] ne '08006' } @ref), 0, "$k: every refusal is 08006");
+		cmp_ok($longest, '<', 4, "$k: no refused call waits longer than leaf_id.refill_timeout (3 s) and psql's start");
+		cmp_ok($r->{last_ok} // 0, '<', 4, "$k: stops issuing within 4 s (lease 3 s; cached segments)");
+	}
+}
+
+# the coordinator comes back: the workers resume by themselves
+$coord->start;
+my $t_back = time;
+my $up = draw_phase(8, $t_back);
+for my $n ($w1, $w2)
+{
+	for my $mode ('seg', 'snow')
+	{
+		my $k = $n->name . "_$mode";
+		note sprintf('%s after the coordinator started again: first ID %.2f s after its start', $k, $up->{$k}{first_ok} // -1);
+		ok(defined $up->{$k}{first_ok} && $up->{$k}{first_ok} < 6, "$k: issues again by itself once the coordinator is back");
+	}
+}
+is($dups, 0, 'no ID issued twice');
+cmp_ok(scalar(keys %{ $ids{snow} }), '>', 0, 'premise: snowflake IDs were drawn');
+is(leaf_worker_id_of($coord), $wid{coord}, 'the coordinator has its own worker id back');
+
+$_->stop for ($w2, $w1, $coord);
+done_testing();
