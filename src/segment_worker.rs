@@ -122,7 +122,8 @@ fn reserve(
         // `max_id`, or the statement fails (guard_api; a 0.1.0 catalog has
         // no guard function and matches in the WHERE clause)
         let set_max_id = if crate::transaction::catalog_is_legacy() {
-            "$2 WHERE biz_tag OPERATOR(pg_catalog.=) $1 AND max_id OPERATOR(pg_catalog.=) $3".to_string()
+            "$2 WHERE biz_tag OPERATOR(pg_catalog.=) $1 AND max_id OPERATOR(pg_catalog.=) $3"
+                .to_string()
         } else {
             format!(
                 "CASE WHEN max_id OPERATOR(pg_catalog.=) $3 THEN $2 \

@@ -326,7 +326,8 @@ unsafe fn new_owner_token() -> i64 {
     let mut token = i64::from_ne_bytes(buf) & i64::MAX;
     if !ok || token == 0 {
         // no strong randomness: time and pid still differ between servers
-        token = (crate::clock::unix_us() ^ (unsafe { pg_sys::MyProcPid } as i64) << 40) & i64::MAX | 1;
+        token =
+            (crate::clock::unix_us() ^ (unsafe { pg_sys::MyProcPid } as i64) << 40) & i64::MAX | 1;
     }
     token
 }

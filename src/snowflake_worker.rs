@@ -126,7 +126,10 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
             };
             let id = match claim::plan(&rows, &node, configured, &used_here) {
                 ClaimPlan::Reuse(id) => {
-                    let row = rows.iter().find(|r| r.worker_id == id).expect("planned from rows");
+                    let row = rows
+                        .iter()
+                        .find(|r| r.worker_id == id)
+                        .expect("planned from rows");
                     match claim::own_row(row, token, clock_ms()) {
                         OwnRow::Mine => id,
                         OwnRow::TakeBack => {

@@ -80,8 +80,16 @@ mod tests {
     fn first_refill_resumes_tuned_step_within_bounds() {
         let p = policy();
         assert_eq!(p.first_step(1000, Some(64_000)), 64_000);
-        assert_eq!(p.first_step(1000, Some(5_000_000)), 1_000_000, "capped by max_step");
-        assert_eq!(p.first_step(1000, Some(10)), 1000, "never below the table's step");
+        assert_eq!(
+            p.first_step(1000, Some(5_000_000)),
+            1_000_000,
+            "capped by max_step"
+        );
+        assert_eq!(
+            p.first_step(1000, Some(10)),
+            1000,
+            "never below the table's step"
+        );
         assert_eq!(p.first_step(2_000_000, Some(10)), 2_000_000);
         assert_eq!(p.first_step(1000, None), 1000);
     }

@@ -238,7 +238,10 @@ mod tests {
         // closed cleanly (or a 0.1.0 row): nobody holds it
         assert_eq!(own_row(&row(None, Some(5_000)), 7, 1_000), OwnRow::TakeBack);
         // another lifetime whose lease ran out: it cannot issue any more
-        assert_eq!(own_row(&row(Some(8), Some(999)), 7, 1_000), OwnRow::TakeBack);
+        assert_eq!(
+            own_row(&row(Some(8), Some(999)), 7, 1_000),
+            OwnRow::TakeBack
+        );
         assert_eq!(own_row(&row(Some(8), None), 7, 1_000), OwnRow::TakeBack);
         // another lifetime within its lease, to the millisecond: maybe alive
         assert_eq!(
