@@ -23,9 +23,11 @@ CREATE TABLE t_serial (id serial PRIMARY KEY, c int);
 CREATE TABLE t_identity (id bigint GENERATED ALWAYS AS IDENTITY (CACHE 20) PRIMARY KEY, c int);
 CREATE TABLE t_flake (id bigserial PRIMARY KEY, c int);
 -- rows from before, and a key put above the sequence by hand (as setval or
--- an explicit insert leaves it)
+-- an explicit insert leaves it), far above what the traffic below draws from
+-- the sequence before the adoption (at 5000 the sequence itself reached it
+-- when the adoption came late, and pgbench failed on the plain serial)
 INSERT INTO t_serial (c) SELECT 0 FROM generate_series(1, 1000);
-INSERT INTO t_serial (id, c) VALUES (5000, 0);
+INSERT INTO t_serial (id, c) VALUES (1000000, 0);
 INSERT INTO t_identity (c) SELECT 0 FROM generate_series(1, 1000);
 INSERT INTO t_flake (c) SELECT 0 FROM generate_series(1, 1000);
 });
@@ -69,8 +71,8 @@ is($node->safe_psql('postgres', 'SELECT count(*) FROM t_serial'), $total + 1, 't
 is($node->safe_psql('postgres', 'SELECT count(*) FROM t_identity'), $total, 't_identity: every insert is there');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM t_flake'), $total, 't_flake: every insert is there');
 
-cmp_ok($first_serial, '>', 5000, 't_serial: the tag starts above the largest key, also the one above the sequence');
-is( $node->safe_psql('postgres', "SELECT count(*) FROM t_serial WHERE id < $first_serial AND id > 5000"),
+cmp_ok($first_serial, '>', 1000000, 't_serial: the tag starts above the largest key, also the one above the sequence');
+is( $node->safe_psql('postgres', "SELECT count(*) FROM t_serial WHERE id < $first_serial AND id > 1000000"),
 	'0', 't_serial: no key between the largest old one and the tag\'s first');
 cmp_ok($node->safe_psql('postgres', "SELECT count(*) FROM t_serial WHERE id >= $first_serial"),
 	'>', 0, 't_serial: inserts after the switch drew from the tag');
