@@ -2,18 +2,22 @@
 //!
 //! Pure algorithms: `segment` (double buffer, dynamic step) and `snowflake`
 //! (layout, generator and clock rules, worker-id claim). Postgres glue:
-//! `settings` (GUCs), `shmem` (shared memory), `clock` (time conversions), `worker` (the
+//! `settings` (GUCs), `shmem` (shared memory), `owner_file` (the owner token kept
+//! across restarts of one data directory), `clock` (time conversions), `worker` (the
 //! background worker's loop), `segment_worker` and `snowflake_worker` (its jobs),
 //! `transaction` (its hardened session and transactions), `backend` (waiting on it),
 //! `segment_api` and `snowflake_api` (the SQL functions), `guard_api` (checks
-//! run on every copy of a table by the worker's updates), `errors`.
+//! run on every copy of a table by the worker's updates), `citus_copies` (the snowflake
+//! renewal on a majority of the Citus copies of leaf_worker), `errors`.
 
 use pgrx::prelude::*;
 
 pub mod backend;
+pub mod citus_copies;
 pub mod clock;
 pub mod errors;
 pub mod guard_api;
+pub mod owner_file;
 pub mod segment;
 pub mod segment_api;
 pub mod segment_worker;

@@ -297,7 +297,7 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
             let header = base as *mut Header;
             (*header).n_dbs = n_dbs as u32;
             (*header).n_tags = n_tags as u32;
-            (*header).owner_token = new_owner_token();
+            (*header).owner_token = owner_token_for_this_lifetime();
             let dbs = base.add(dbs_at) as *mut DbSlot;
             for i in 0..n_dbs {
                 pg_sys::ConditionVariableInit((*dbs.add(i)).cv.get());
@@ -317,6 +317,32 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
             locks,
         });
     }
+}
+
+/// The token this lifetime holds its worker ids under: the previous
+/// lifetime's after a restart of the same data directory (`owner_file`),
+/// else a new random one.
+unsafe fn owner_token_for_this_lifetime() -> i64 {
+    let fresh = unsafe { new_owner_token() };
+    let data_dir = unsafe { std::ffi::CStr::from_ptr(pg_sys::DataDir) };
+    let data_dir = std::path::Path::new(data_dir.to_str().unwrap_or("."));
+    let (token, outcome) = crate::owner_file::token_for_this_lifetime(
+        data_dir,
+        unsafe { pg_sys::PostPortNumber },
+        unsafe { pg_sys::GetSystemIdentifier() },
+        fresh,
+    );
+    match outcome {
+        Ok(true) => {
+            pgrx::log!("leaf_id: this restart of the data directory keeps owner token {token}")
+        }
+        Ok(false) => {}
+        Err(e) => pgrx::warning!(
+            "leaf_id: could not write {}: {e}; the next start gets a new owner token",
+            crate::owner_file::FILE_NAME
+        ),
+    }
+    token
 }
 
 /// A random positive token (0 stands for "no owner" in SQL comparisons).

@@ -100,6 +100,10 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
     // until reclaimed; with idle workers, DROP DATABASE needs no FORCE)
     crate::backend::reclaim_dropped_databases(sh);
     let used_here = used_by_other_databases(db);
+    // whether the claim wrote leaf_worker (through Citus: every copy), and
+    // the time of a takeover from another token (the new floor)
+    let mut wrote_registry = false;
+    let mut taken_at = 0;
     let (worker_id, persisted) = Spi::connect_mut(|client| {
         for _attempt in 0..10 {
             let rows = registry(client, schema)?;
@@ -133,8 +137,13 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
                     match claim::own_row(row, token, clock_ms()) {
                         OwnRow::Mine => id,
                         OwnRow::TakeBack => {
-                            if !take_back(client, schema, row, token)? {
-                                continue; // the row changed meanwhile: plan again
+                            let now = clock_ms();
+                            if !take_back(client, schema, row, token, now)? {
+                                continue; // the row is gone meanwhile: plan again
+                            }
+                            wrote_registry = true;
+                            if row.owner_token.is_some() {
+                                taken_at = now;
                             }
                             id
                         }
@@ -151,11 +160,15 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
                             );
                             // a row that changed, while watched or before
                             // the take-back, has a live holder
-                            if !row_unchanged_until(client, schema, row, watch_end)?
-                                || !take_back(client, schema, row, token)?
-                            {
+                            if !row_unchanged_until(client, schema, row, watch_end)? {
                                 return Err(held_by_live_server(id, &node));
                             }
+                            let now = clock_ms();
+                            if !take_back(client, schema, row, token, now)? {
+                                return Err(held_by_live_server(id, &node));
+                            }
+                            wrote_registry = true;
+                            taken_at = now;
                             id
                         }
                     }
@@ -164,9 +177,11 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
                     if !take(client, t)? {
                         continue; // another node took it first: plan again
                     }
+                    wrote_registry = true;
                     t.id()
                 }
                 ClaimPlan::Move { release, take: t } => {
+                    wrote_registry = true;
                     // keep the old id's row and mark for whoever takes it next
                     client
                         .update(
@@ -205,9 +220,12 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
                     ));
                 }
             };
+            // no FOR UPDATE: on a Citus reference table it locks on the first
+            // worker node too, which may be down; a change of the row after
+            // this read fails the guarded persist below
             let row = client
                 .update(
-                    &format!("SELECT last_timestamp, epoch_ms FROM {schema}.leaf_worker WHERE worker_id OPERATOR(pg_catalog.=) $1 FOR UPDATE"),
+                    &format!("SELECT last_timestamp, epoch_ms FROM {schema}.leaf_worker WHERE worker_id OPERATOR(pg_catalog.=) $1"),
                     None,
                     &[(id as i32).into()],
                 )
@@ -216,7 +234,7 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
             let mark = row.get::<i64>(1).ok().flatten().unwrap_or(0);
             let mark_epoch = row.get::<i64>(2).ok().flatten();
             let mark = claim::floor_for_epoch(mark, mark_epoch, crate::snowflake_api::epoch());
-            return Ok((id, mark));
+            return Ok((id, mark.max(taken_at)));
         }
         Err(JobError::new(
             PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
@@ -241,11 +259,18 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
     } else {
         0
     };
+    if !same_id {
+        wait_for_floor(floor, ahead);
+    }
+    // a claim that wrote through Citus renews through it as well (its own
+    // uncommitted write locks every copy); one that only found its own row
+    // (a restart of this data directory) needs a majority of the copies
     let lease = persist(
         schema,
         worker_id,
         &node,
         clock_ms().max(floor).max(last) + ahead,
+        wrote_registry,
     )?;
     Ok(Claimed {
         worker_id,
@@ -258,21 +283,26 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
 }
 
 /// Take this node's own row from a holder that can no longer issue (see
-/// `OwnRow::TakeBack`): a compare-and-set on the (token, mark) read, so a
-/// holder that renewed meanwhile keeps it. False if the row changed.
+/// `OwnRow::TakeBack`), at `now_ms`. Every copy of the row (one, or one per
+/// Citus node) must still have the token read, and, if a holder had it, a
+/// lease that has passed: a holder that renewed meanwhile (on any copy)
+/// fails the statement (guard_api, 55006). The taker issues above `now_ms`,
+/// so above every lease a copy holds, including one this node's copy missed.
 fn take_back(
     client: &mut SpiClient,
     schema: &str,
     row: &RegistryRow,
     token: i64,
+    now_ms: i64,
 ) -> Result<bool, JobError> {
     let got = client
         .update(
             &format!(
-                "UPDATE {schema}.leaf_worker SET owner_token = $4 \
-                 WHERE worker_id OPERATOR(pg_catalog.=) $1 AND node_name OPERATOR(pg_catalog.=) $2 \
-                 AND COALESCE(owner_token, 0) OPERATOR(pg_catalog.=) $3 \
-                 AND COALESCE(last_timestamp, -1) OPERATOR(pg_catalog.=) $5 \
+                "UPDATE {schema}.leaf_worker SET owner_token = CASE \
+                 WHEN node_name OPERATOR(pg_catalog.=) $2 AND COALESCE(owner_token, 0) OPERATOR(pg_catalog.=) $3 \
+                 AND (owner_token IS NULL OR COALESCE(last_timestamp, -1) OPERATOR(pg_catalog.<) $5) THEN $4 \
+                 ELSE {schema}.leaf_id_worker_row_conflict(worker_id, node_name, owner_token) END \
+                 WHERE worker_id OPERATOR(pg_catalog.=) $1 \
                  RETURNING worker_id"
             ),
             None,
@@ -281,7 +311,7 @@ fn take_back(
                 row.node_name.as_str().into(),
                 row.owner_token.unwrap_or(0).into(),
                 token.into(),
-                row.mark.unwrap_or(-1).into(),
+                now_ms.into(),
             ],
         )
         .map_err(spi_err)?;
@@ -304,6 +334,24 @@ fn held_by_live_server(id: i64, node: &str) -> JobError {
             "snowflake worker id {id} of node \"{node}\" is held by another live server: it renewed the lease while this server watched its leaf_worker row"
         ),
     )
+}
+
+/// A restart of this data directory holds its row at once (`owner_file`),
+/// with the lease of the lifetime before it still running: wait until the
+/// clock passes it, as a takeover would, instead of refusing calls
+/// meanwhile. A floor further ahead is a clock behind the mark: refused.
+fn wait_for_floor(floor: i64, ahead: i64) {
+    let limit = ahead + 2 * settings::HEARTBEAT_INTERVAL.get() as i64;
+    let behind = floor - clock_ms();
+    if behind < 0 || behind > limit {
+        return;
+    }
+    while clock_ms() <= floor {
+        pgrx::check_for_interrupts!();
+        crate::clock::wait_on_latch(Duration::from_millis(
+            ((floor - clock_ms()).clamp(1, 100)) as u64,
+        ));
+    }
 }
 
 /// The worker session's lock_timeout (`FORCED_SETTINGS`).
@@ -384,12 +432,42 @@ pub fn publish_claim(db: usize, c: &Claimed) -> Result<(), JobError> {
 /// Write the mark; the generator may use it only after the commit. Returns
 /// the row's mark after the update (never below `mark`). Every copy of the
 /// row must still be this server's (node name and owner token), or the
-/// statement fails (guard_api).
-fn persist(schema: &str, worker_id: i64, node: &str, mark: i64) -> Result<i64, JobError> {
+/// statement fails (guard_api). On Citus, unless `through_citus`, the copies
+/// are written one by one and a majority is enough (`snowflake::quorum`), so
+/// that one node down does not stop the others.
+fn persist(
+    schema: &str,
+    worker_id: i64,
+    node: &str,
+    mark: i64,
+    through_citus: bool,
+) -> Result<i64, JobError> {
     if crate::transaction::catalog_is_legacy() {
         return Err(crate::transaction::needs_current_catalog("snowflake mode"));
     }
     let token = shared().expect("shared memory").owner_token();
+    if !through_citus {
+        let renewed = Spi::connect_mut(|client| {
+            let Some(copies) = crate::citus_copies::of_worker_registry(client, schema)? else {
+                return Ok(false);
+            };
+            crate::citus_copies::renew_on_majority(
+                client,
+                schema,
+                &copies,
+                worker_id,
+                node,
+                token,
+                mark,
+                crate::snowflake_api::epoch(),
+                (settings::HEARTBEAT_INTERVAL.get() as i64).max(200),
+            )
+            .map(|()| true)
+        })?;
+        if renewed {
+            return Ok(mark);
+        }
+    }
     let updated = Spi::connect_mut(|client| {
         client
             .update(
@@ -427,7 +505,7 @@ fn renew(schema: &str, db: usize) -> Result<i64, JobError> {
     let worker_id = slot.generator.worker_id();
     // never below the current lease: the row must cover what may be issued
     let mark = (clock_ms() + lease_ahead()?).max(slot.generator.lease_ms.load(SeqCst));
-    persist(schema, worker_id, &slot.node_name(), mark)
+    persist(schema, worker_id, &slot.node_name(), mark, false)
 }
 
 /// Close the generator and persist the exact last issued millisecond instead

@@ -2,3 +2,4 @@
 pub mod claim;
 pub mod generator;
 pub mod layout;
+pub mod quorum;

@@ -3,7 +3,9 @@
 #
 # worker2's postmaster is killed (kill -9) while it holds worker id 2 with a
 # live lease. Then, without any Citus action, the coordinator and worker1
-# are restarted and a fourth node is added; then worker2 is removed with
+# are restarted (they issue with their own ids again: a restart of the same
+# data directory keeps its owner token, no takeover needed) and a fourth
+# node is added; then worker2 is removed with
 # citus_remove_node, the restarted nodes and the new node claim, and worker2
 # comes back with citus_add_node. At no point does any node but worker2 issue
 # IDs with worker id 2, and the registry row of worker id 2 stays worker2's.
@@ -58,6 +60,11 @@ for my $n ($coord, $w1)
 	ok(!exists $ids->{2}, $n->name . ' restarted does not issue IDs with worker2\'s worker id 2');
 	ok(!grep({ $_ ne $wid{ $n->name } } keys %$ids), $n->name . ' issues with nothing but its own worker id')
 	  or diag explain $ids;
+	# its clean close could not reach worker2's copy, so its row kept its
+	# owner token, and the restart of the same data directory kept it too
+	ok(exists $ids->{ $wid{ $n->name } },
+		$n->name . ' restarted with worker2 dead issues IDs with its own worker id (owner token kept)')
+	  or diag explain $refusals;
 }
 
 my $w3 = citus_node('worker3');

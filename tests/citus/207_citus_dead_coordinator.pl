@@ -1,13 +1,19 @@
-# leaf_id on Citus, issue 8 item 5: a dead coordinator, measured.
+# leaf_id on Citus, issue 8 item 5: a dead coordinator.
 #
-# The coordinator holds a copy of the reference tables too, so once its
-# postmaster is killed (kill -9) every refill and lease renewal of the
-# workers fails: they issue snowflake IDs until their lease runs out and
-# segment IDs until their cached segments run out, then refuse with 08006
-# (saying what failed) within leaf_id.refill_timeout. There is no operator
-# action on a worker (citus_disable_node runs on the coordinator). When the
-# coordinator is started again, the workers resume by themselves, with no ID
-# twice.
+# The coordinator holds a copy of the reference tables too. Once its
+# postmaster is killed (kill -9):
+#  - snowflake: the workers renew their leases on a majority of the copies
+#    of leaf_worker (their own and the other worker's) and keep issuing, with
+#    no refusal, for as long as the coordinator is down;
+#  - segment: every refill needs every copy of leaf_alloc, so the workers
+#    issue until their cached segments run out, then refuse with 08006
+#    (saying what failed) within leaf_id.refill_timeout;
+#  - a worker that crashes and restarts meanwhile (kill -9), and one
+#    restarted cleanly, keep their owner tokens (the owner file) and issue
+#    snowflake IDs again with their own worker ids, the coordinator still
+#    down (Leaf starts from its local file while ZooKeeper is down).
+# When the coordinator is started again, everything resumes by itself, with
+# no ID twice.
 use strict;
 use warnings;
 use FindBin;
@@ -49,6 +55,7 @@ sub draw_phase
 				if ($r->{ret} == 0)
 				{
 					$res{$k}{last_ok} = $t - $t0;
+					$res{$k}{wids}{ ($_ >> 12) & 1023 }++ for $mode eq 'snow' ? split(/\n/, $r->{out}) : ();
 					$dups += grep { $ids{$mode}{$_}++ } split /\n/, $r->{out};
 				}
 				else
@@ -79,11 +86,41 @@ for my $n ($w1, $w2)
 		$longest = $_->[3] > $longest ? $_->[3] : $longest for @ref;
 		note sprintf('%s with the coordinator dead: last ID %.2f s after the kill; %d refusals, first %.2f s after, longest call %.2f s; %s',
 			$k, $r->{last_ok} // -1, scalar @ref, @ref ? $ref[0][0] : -1, $longest, @ref ? "$ref[0][1] $ref[0][2]" : '-');
+		if ($mode eq 'snow')
+		{
+			is(scalar @ref, 0, "$k: snowflake is never refused while the coordinator is dead")
+			  or diag explain \@ref;
+			cmp_ok($r->{last_ok} // 0, '>', 9, "$k: and keeps issuing (10 s, over three leases)");
+			is(join(',', keys %{ $r->{wids} }), $wid{ $n->name }, "$k: with its own worker id");
+			next;
+		}
 		cmp_ok(scalar @ref, '>', 0, "$k: refused once the coordinator is dead");
 		is(scalar(grep { $_->[1] ne '08006' } @ref), 0, "$k: every refusal is 08006");
 		cmp_ok($longest, '<', 4, "$k: no refused call waits longer than leaf_id.refill_timeout (3 s) and psql's start");
-		cmp_ok($r->{last_ok} // 0, '<', 4, "$k: stops issuing within 4 s (lease 3 s; cached segments)");
+		cmp_ok($r->{last_ok} // 0, '<', 4, "$k: stops issuing within 4 s (its cached segments)");
 	}
+}
+
+# restarts with the coordinator still dead: worker1 crashes, worker2 is
+# restarted cleanly (its close cannot reach the coordinator's copy, so its
+# row keeps its token, as after a crash)
+my $t_restart = time;
+$w1->kill9;
+$w1->start;
+$w2->restart;
+my $again = draw_phase(10, $t_restart);
+for my $n ($w1, $w2)
+{
+	my $k = $n->name . '_snow';
+	my $r = $again->{$k};
+	my @ref = @{ $r->{refusals} // [] };
+	note sprintf('%s restarted with the coordinator dead: first ID %.2f s after the restart began, %d refusals, first: %s',
+		$k, $r->{first_ok} // -1, scalar @ref, @ref ? "$ref[0][1] $ref[0][2]" : '-');
+	ok(defined $r->{first_ok}, "$k: issues again after its restart, the coordinator still dead");
+	is(join(',', keys %{ $r->{wids} // {} }), $wid{ $n->name }, "$k: with its own worker id");
+	ok(!grep({ $_->[1] !~ /^(55P03|58000)$/ } @ref),
+		"$k: the only refusals meanwhile are waits for the old lease (55P03, 58000)")
+	  or diag explain \@ref;
 }
 
 # the coordinator comes back: the workers resume by themselves

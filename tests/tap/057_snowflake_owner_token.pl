@@ -6,9 +6,12 @@
 # it holds; renewals must find it. Here one server plays both parts: a psql
 # session stands in for "the other server" by writing another token into the
 # row and renewing its lease, as a copy would through a shared registry.
-#  1. a restart after a crash takes its own row back once the old lifetime's
-#     lease has passed (a new token), without refusing calls; a clean
-#     shutdown leaves no token, and the row is taken back at once;
+#  1. a restart of the same data directory in the same boot keeps its token
+#     (the owner file): after a crash it holds its row at once and issues
+#     above the old lease, after a clean shutdown (no token in the row) too;
+#     a start that cannot prove that (the file's boot id edited, as after a
+#     reboot) gets a new token and takes its own row back once the old
+#     lifetime's lease has passed, without refusing calls;
 #  2. while another token keeps renewing the row, this server refuses (55006)
 #     and issues nothing; when the renewals stop, it takes the row back and
 #     issues above the other holder's lease;
@@ -58,24 +61,47 @@ $node->start;
 is(row('owner_token IS NULL'), 't', 'a clean shutdown leaves the row without a token');
 my $r = repeat_sql($node, 'INSERT INTO ids (phase, id) SELECT 2, leaf_snowflake_next()', seconds => 10);
 is($r->{ok}, 1, 'after a clean restart IDs are issued') or diag explain $r->{errors};
-my $token2 = row('owner_token');
-ok($token2 =~ /^\d+$/ && $token2 ne $token1, 'the new lifetime holds the row with a new token');
+is(row('owner_token'), $token1,
+	'a restart of the same data directory in the same boot keeps its owner token (pgsql_tmp_leaf_id_owner)');
+ok($node->log_contains(qr/this restart of the data directory keeps owner token $token1/), 'which is logged');
 
 $node->stop('immediate');
 $node->start;
 my $lease_before = row('last_timestamp');
-is(row('owner_token'), $token2, 'after a crash the row still has the old lifetime\'s token');
+is(row('owner_token'), $token1, 'after a crash the row still has the old lifetime\'s token');
 my $t0 = time;
 $r = try_sql($node, 'postgres', 'INSERT INTO ids (phase, id) SELECT 3, leaf_snowflake_next() RETURNING id');
 my $took = time - $t0;
 is($r->{ret}, 0, 'after a crash the first call is served (it waits for the old lease, not refused)')
   or diag $r->{err};
-my $token3 = row('owner_token');
-ok($token3 ne $token2 && $token3 =~ /^\d+$/, 'the restarted server took its row back with a new token');
+is(row('owner_token'), $token1, 'the restarted server holds its row with the same token, without a takeover');
 cmp_ok(($r->{out} >> 22) + $epoch, '>', $lease_before,
 	'its first ID is above the old lifetime\'s lease');
 note sprintf('first call after the crash took %.1f s', $took);
-ok($node->log_contains(qr/took snowflake worker id 0 of node .* back from owner token Some\($token2\)/),
+
+# a crash, then a start that cannot prove it is the same data directory in
+# the same boot (the file's boot id differs, as after a reboot): a new
+# token, which takes the row over once the old lease has passed
+$node->stop('immediate');
+my $file = $node->data_dir . '/pgsql_tmp_leaf_id_owner';
+my $text = slurp_file($file);
+like($text, qr/^boot_id=\S+$/m, 'premise: the owner file records the boot');
+$text =~ s/^boot_id=.*$/boot_id=another-boot/m;
+open(my $fh, '>', $file) or die $!;
+print $fh $text;
+close $fh;
+$node->start;
+$lease_before = row('last_timestamp');
+is(row('owner_token'), $token1, 'after the crash the row has the old token');
+$t0 = time;
+$r = try_sql($node, 'postgres', 'INSERT INTO ids (phase, id) SELECT 3, leaf_snowflake_next() RETURNING id');
+$took = time - $t0;
+is($r->{ret}, 0, 'after a "reboot" the first call is served (it waits for the old lease)') or diag $r->{err};
+my $token3 = row('owner_token');
+ok($token3 ne $token1 && $token3 =~ /^\d+$/, 'the rebooted server took its row back with a new token');
+cmp_ok(($r->{out} >> 22) + $epoch, '>', $lease_before, 'its first ID is above the old lifetime\'s lease');
+note sprintf('first call after the "reboot" took %.1f s', $took);
+ok($node->log_contains(qr/took snowflake worker id 0 of node .* back from owner token Some\($token1\)/),
 	'the take-back is logged');
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,256 @@
+//! The copies of `leaf_worker` on Citus, written one by one.
+//!
+//! A snowflake renewal on Citus writes each node's copy of the reference
+//! table separately (`snowflake::quorum` says why a majority is enough): its
+//! own copy in the worker's transaction, every other copy in a transaction
+//! of its own on that node, through Citus' `master_run_on_worker` (one new
+//! connection per node, in parallel, bounded by `citus.node_connection_timeout`).
+//! A copy that is not this node's row and token raises (the guard of
+//! `guard_api`), so it does not count.
+
+use crate::snowflake::quorum;
+use crate::transaction::{JobError, spi_err};
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+
+/// Where the copies of `leaf_worker` are.
+pub struct Copies {
+    /// This node's copy (the reference table's shard), schema-qualified.
+    shard_table: String,
+    /// The other nodes holding a copy: (host, port).
+    others: Vec<(String, i32)>,
+}
+
+impl Copies {
+    pub fn count(&self) -> usize {
+        1 + self.others.len()
+    }
+}
+
+/// The copies of `leaf_worker` when it is a Citus table with a copy on this
+/// node; None otherwise (a plain table: one copy, written directly).
+pub fn of_worker_registry(
+    client: &mut SpiClient,
+    schema: &str,
+) -> Result<Option<Copies>, JobError> {
+    let citus = client
+        .select(
+            "SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_shard') IS NOT NULL \
+             AND pg_catalog.to_regclass('pg_catalog.pg_dist_local_group') IS NOT NULL",
+            None,
+            &[],
+        )
+        .map_err(spi_err)?
+        .first()
+        .get::<bool>(1)
+        .map_err(spi_err)?
+        .unwrap_or(false);
+    if !citus {
+        return Ok(None);
+    }
+    let rows = client
+        .select(
+            &format!(
+                "SELECT s.shardid, n.nodename::pg_catalog.text, n.nodeport, \
+                 n.groupid OPERATOR(pg_catalog.=) (SELECT groupid FROM pg_catalog.pg_dist_local_group) \
+                 FROM pg_catalog.pg_dist_shard s \
+                 JOIN pg_catalog.pg_dist_placement p ON p.shardid OPERATOR(pg_catalog.=) s.shardid \
+                 JOIN pg_catalog.pg_dist_node n ON n.groupid OPERATOR(pg_catalog.=) p.groupid \
+                 AND n.noderole OPERATOR(pg_catalog.=) 'primary' \
+                 WHERE s.logicalrelid OPERATOR(pg_catalog.=) '{schema}.leaf_worker'::pg_catalog.regclass \
+                 ORDER BY n.nodename, n.nodeport"
+            ),
+            None,
+            &[],
+        )
+        .map_err(spi_err)?;
+    let mut shard = None;
+    let mut own = false;
+    let mut others = Vec::new();
+    for row in rows {
+        let id: i64 = row.get(1).map_err(spi_err)?.unwrap_or(0);
+        let host: String = row.get(2).map_err(spi_err)?.unwrap_or_default();
+        let port: i32 = row.get(3).map_err(spi_err)?.unwrap_or(0);
+        if row.get::<bool>(4).map_err(spi_err)?.unwrap_or(false) {
+            own = true;
+        } else {
+            others.push((host, port));
+        }
+        shard.get_or_insert(id);
+    }
+    Ok(match (shard, own) {
+        (Some(id), true) => Some(Copies {
+            shard_table: format!("{schema}.leaf_worker_{id}"),
+            others,
+        }),
+        // no copy here (or no table placement at all): write through Citus
+        _ => None,
+    })
+}
+
+/// A string as an SQL literal that reads the same whatever
+/// standard_conforming_strings is.
+fn sql_literal(s: &str) -> String {
+    let q = s.replace('\'', "''");
+    if s.contains('\\') {
+        format!("E'{}'", q.replace('\\', "\\\\"))
+    } else {
+        format!("'{q}'")
+    }
+}
+
+/// The renewal of one copy: raise (do not count) unless it is this node's
+/// row with this token.
+fn renewal_sql(
+    table: &str,
+    schema: &str,
+    worker_id: i64,
+    node: &str,
+    token: i64,
+    mark: i64,
+    epoch: i64,
+) -> String {
+    format!(
+        "UPDATE {table} SET last_timestamp = \
+         CASE WHEN node_name OPERATOR(pg_catalog.=) {node} AND owner_token OPERATOR(pg_catalog.=) {token} \
+         THEN GREATEST(last_timestamp, {mark}) \
+         ELSE {schema}.leaf_id_worker_row_conflict(worker_id, node_name, owner_token) END, \
+         epoch_ms = {epoch}, heartbeat_at = pg_catalog.now() \
+         WHERE worker_id OPERATOR(pg_catalog.=) {worker_id}",
+        node = sql_literal(node),
+    )
+}
+
+/// Renew the mark of `worker_id` to at least `mark` on this node's copy (in
+/// the caller's transaction, committed by it) and on every other copy (each
+/// committed on its own): Ok when a majority holds it.
+#[allow(clippy::too_many_arguments)]
+pub fn renew_on_majority(
+    client: &mut SpiClient,
+    schema: &str,
+    copies: &Copies,
+    worker_id: i64,
+    node: &str,
+    token: i64,
+    mark: i64,
+    epoch: i64,
+    connect_timeout_ms: i64,
+) -> Result<(), JobError> {
+    let update = renewal_sql(
+        &copies.shard_table,
+        schema,
+        worker_id,
+        node,
+        token,
+        mark,
+        epoch,
+    );
+    // this node's copy first: if it is not ours (55006), nothing else is
+    client
+        .update(
+            "SELECT pg_catalog.set_config('citus.enable_manual_changes_to_shards', 'on', true)",
+            None,
+            &[],
+        )
+        .map_err(spi_err)?;
+    let own = client.update(&update, None, &[]).map_err(spi_err)?.len() == 1;
+    if !own {
+        return Err(JobError::new(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!(
+                "could not renew the snowflake lease: this node's copy of leaf_worker has no row for worker id {worker_id}"
+            ),
+        ));
+    }
+    let mut acks = 0;
+    let mut failures = Vec::new();
+    if !copies.others.is_empty() {
+        let command = format!(
+            "DO $leaf_id$ BEGIN \
+             PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true); \
+             PERFORM pg_catalog.set_config('lock_timeout', '{connect_timeout_ms}', true); \
+             PERFORM pg_catalog.set_config('citus.enable_manual_changes_to_shards', 'on', true); \
+             {update}; \
+             IF NOT FOUND THEN RAISE EXCEPTION 'no leaf_worker row of worker id {worker_id} on this node' \
+             USING ERRCODE = '55000'; END IF; END $leaf_id$"
+        );
+        client
+            .update(
+                "SELECT pg_catalog.set_config('citus.node_connection_timeout', $1, true)",
+                None,
+                &[connect_timeout_ms.to_string().into()],
+            )
+            .map_err(spi_err)?;
+        let hosts: Vec<String> = copies.others.iter().map(|(h, _)| h.clone()).collect();
+        let ports: Vec<i32> = copies.others.iter().map(|(_, p)| *p).collect();
+        let commands: Vec<String> = vec![command; hosts.len()];
+        let results = client
+            .update(
+                "SELECT node_name, node_port, success, result \
+                 FROM pg_catalog.master_run_on_worker($1, $2, $3, true)",
+                None,
+                &[hosts.into(), ports.into(), commands.into()],
+            )
+            .map_err(spi_err)?;
+        for r in results {
+            if r.get::<bool>(3).map_err(spi_err)?.unwrap_or(false) {
+                acks += 1;
+            } else {
+                failures.push(format!(
+                    "{}:{}: {}",
+                    r.get::<String>(1).map_err(spi_err)?.unwrap_or_default(),
+                    r.get::<i32>(2).map_err(spi_err)?.unwrap_or(0),
+                    r.get::<String>(4)
+                        .map_err(spi_err)?
+                        .unwrap_or_default()
+                        .trim()
+                ));
+            }
+        }
+    }
+    if quorum::renewal_holds(own, acks, copies.count()) {
+        if !failures.is_empty() {
+            pgrx::debug1!(
+                "leaf_id: snowflake lease renewed on {} of {} copies of leaf_worker; not on: {}",
+                1 + acks,
+                copies.count(),
+                failures.join("; ")
+            );
+        }
+        return Ok(());
+    }
+    // a copy that another token holds means the row was taken over: the
+    // caller claims again; otherwise nodes are unreachable
+    let taken = failures
+        .iter()
+        .any(|f| f.contains("is not held by this server"));
+    Err(JobError::new(
+        if taken {
+            PgSqlErrorCode::ERRCODE_OBJECT_IN_USE
+        } else {
+            PgSqlErrorCode::ERRCODE_CONNECTION_FAILURE
+        },
+        format!(
+            "the snowflake lease of worker id {worker_id} was renewed on {} of {} copies of leaf_worker, fewer than a majority ({}); not on: {}",
+            1 + acks,
+            copies.count(),
+            quorum::majority(copies.count()),
+            failures.join("; ")
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sql_literal;
+
+    #[test]
+    fn literals_cannot_end_early() {
+        assert_eq!(sql_literal("node a"), "'node a'");
+        assert_eq!(
+            sql_literal("a'; DROP TABLE x; --"),
+            "'a''; DROP TABLE x; --'"
+        );
+        assert_eq!(sql_literal("a\\'b"), "E'a\\\\''b'");
+    }
+}

@@ -1,0 +1,76 @@
+# leaf_id snowflake mode: the owner file (Leaf's local worker-id file).
+#
+# A restart of one data directory in one boot keeps its owner token
+# ($PGDATA/pgsql_tmp_leaf_id_owner), so it holds its leaf_worker row without
+# the registry write a takeover needs (on Citus: while a node is down; see
+# tests/citus/206 and 207). No copy may inherit the token, or a copy would
+# pass the registry's owner check beside its original:
+#  - a file-level copy of the stopped data directory (the owner file
+#    included, as with cp -a or a volume snapshot), started beside the
+#    original, gets a token of its own;
+#  - a pg_basebackup copy has no owner file at all (names starting with
+#    pgsql_tmp are skipped), and a new token;
+#  - the original, restarted after each copy was made, keeps its token.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use SegmentTap qw(try_sql);
+use SnowflakeTap;
+use Test::More;
+
+my $conf = "log_min_messages = warning\nlc_messages = 'C'\nleaf_id.node_name = 'one-name'\n";
+my $orig = PostgreSQL::Test::Cluster->new('ownerfile');
+$orig->init(allows_streaming => 1);
+$orig->append_conf('postgresql.conf', "shared_preload_libraries = 'leaf_id'\n$conf");
+$orig->start;
+$orig->safe_psql('postgres', 'CREATE EXTENSION leaf_id');
+my $file = 'pgsql_tmp_leaf_id_owner';
+
+sub token_of
+{
+	my ($node) = @_;
+	my $r = try_sql($node, 'postgres', 'SELECT leaf_snowflake_next()');
+	die "no snowflake ID on " . $node->name . ": $r->{err}" if $r->{ret} != 0;
+	return $node->safe_psql('postgres', 'SELECT owner_token FROM leaf_worker WHERE worker_id = 0');
+}
+
+my $token = token_of($orig);
+like($token, qr/^\d+$/, 'the original holds worker id 0 with a token');
+ok(-f $orig->data_dir . "/$file", 'the data directory has the owner file');
+like(slurp_file($orig->data_dir . "/$file"), qr/^token=$token$/m, 'the file names this lifetime\'s token');
+
+# --- a file-level copy, made while the original is stopped after a crash ----
+$orig->stop('immediate');
+$orig->backup_fs_cold('cold');
+my $cold = PostgreSQL::Test::Cluster->new('ownerfile_cold');
+$cold->init_from_backup($orig, 'cold');
+like(slurp_file($cold->data_dir . "/$file"), qr/^token=$token$/m,
+	'premise: the file-level copy has the original\'s owner file');
+$orig->start;
+$cold->start;
+is(token_of($orig), $token, 'the original, restarted, keeps its token');
+my $cold_token = token_of($cold);
+like($cold_token, qr/^\d+$/, 'the file-level copy holds its copy of the row');
+isnt($cold_token, $token, 'the file-level copy did not inherit the token (another data directory)');
+ok(!$cold->log_contains(qr/keeps owner token/), 'and its log does not say it kept one');
+like(slurp_file($cold->data_dir . "/$file"), qr/^token=$cold_token$/m, 'its owner file now names its own token');
+$cold->stop;
+
+# --- a pg_basebackup copy -----------------------------------------------------
+$orig->backup('base');
+my $base = PostgreSQL::Test::Cluster->new('ownerfile_base');
+$base->init_from_backup($orig, 'base');
+ok(!-e $base->data_dir . "/$file", 'a pg_basebackup copy has no owner file');
+$base->start;
+my $base_token = token_of($base);
+ok($base_token ne $token && $base_token ne $cold_token, 'the pg_basebackup copy holds its row with a token of its own');
+$base->stop;
+
+$orig->restart;
+is(token_of($orig), $token, 'the original, restarted once more, still keeps its token');
+$orig->stop;
+done_testing();
