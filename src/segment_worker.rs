@@ -216,9 +216,11 @@ impl SegmentJobs {
         }
     }
 
-    /// One round: every refill that is due, and the resync when it is due.
-    pub fn run(&mut self, ctx: &mut WorkerContext) {
-        self.refill_all_needed(ctx);
+    /// One round: the refills that are due (no new one once `budget` has
+    /// passed: the rest waits for the next round, after the snowflake
+    /// renewal), and the resync when it is due.
+    pub fn run(&mut self, ctx: &mut WorkerContext, budget: Duration) {
+        self.refill_all_needed(ctx, Instant::now() + budget);
         let interval = Duration::from_secs(settings::TAG_RESYNC_INTERVAL.get() as u64);
         if self.last_resync.elapsed() >= interval {
             self.resync(ctx);
@@ -240,8 +242,12 @@ impl SegmentJobs {
             .collect()
     }
 
-    fn refill_all_needed(&mut self, ctx: &mut WorkerContext) {
+    fn refill_all_needed(&mut self, ctx: &mut WorkerContext, stop_at: Instant) {
         for i in Self::my_slots(ctx) {
+            if Instant::now() >= stop_at {
+                ctx.more_work = true;
+                break;
+            }
             let slot = ctx.sh.tag(i);
             let retry_due = self
                 .failed

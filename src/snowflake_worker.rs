@@ -460,7 +460,7 @@ fn persist(
                 token,
                 mark,
                 crate::snowflake_api::epoch(),
-                (settings::HEARTBEAT_INTERVAL.get() as i64).max(200),
+                crate::transaction::citus_connect_timeout_ms(),
             )
             .map(|()| true)
         })?;

@@ -108,17 +108,51 @@ pub const FORCED_SETTINGS: &[(&CStr, &CStr)] = &[
     (c"application_name", c"leaf_id worker"),
 ];
 
-/// Force `FORCED_SETTINGS` for the rest of the worker's life.
+/// Force `FORCED_SETTINGS` for the rest of the worker's life, and, where
+/// Citus is loaded, `bound_citus_waits`.
 pub fn harden_session() {
     for (name, value) in FORCED_SETTINGS {
-        unsafe {
-            pg_sys::SetConfigOption(
-                name.as_ptr(),
-                value.as_ptr(),
-                pg_sys::GucContext::PGC_SUSET,
-                pg_sys::GucSource::PGC_S_OVERRIDE,
-            )
-        };
+        force(name, value);
+    }
+    bound_citus_waits();
+}
+
+fn force(name: &CStr, value: &CStr) {
+    unsafe {
+        pg_sys::SetConfigOption(
+            name.as_ptr(),
+            value.as_ptr(),
+            pg_sys::GucContext::PGC_SUSET,
+            pg_sys::GucSource::PGC_S_OVERRIDE,
+        )
+    };
+}
+
+/// How long the worker waits for a connection to another Citus node: half
+/// the margin between renewals and the end of the lease, so that a node
+/// that hangs (a network partition) costs a renewal less than that margin.
+pub fn citus_connect_timeout_ms() -> i64 {
+    let margin = crate::settings::LEASE_AHEAD.get() as i64
+        - crate::settings::HEARTBEAT_INTERVAL.get() as i64;
+    (margin / 2).clamp(100, 2000)
+}
+
+/// On Citus, a node that hangs instead of refusing connections (a network
+/// partition, a stopped server) would hold a refill on a cached connection
+/// for as long as TCP lets it, and with it every other job of the worker
+/// (the snowflake renewals). So the worker keeps no connections between
+/// transactions (a new connection cannot hang longer than the connect
+/// timeout) and connects with a short timeout.
+fn bound_citus_waits() {
+    let defined =
+        |name: &CStr| unsafe { !pg_sys::GetConfigOption(name.as_ptr(), true, false).is_null() };
+    if !defined(c"citus.node_connection_timeout") {
+        return; // no Citus in this server
+    }
+    let timeout = std::ffi::CString::new(citus_connect_timeout_ms().to_string()).expect("digits");
+    force(c"citus.node_connection_timeout", &timeout);
+    if defined(c"citus.max_cached_conns_per_worker") {
+        force(c"citus.max_cached_conns_per_worker", c"0");
     }
 }
 

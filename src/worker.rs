@@ -46,6 +46,8 @@ pub struct WorkerContext {
     pub db: usize,
     pub dboid: u32,
     extension_gone: bool,
+    /// a job left work for the next round (no sleep before it)
+    pub more_work: bool,
 }
 
 impl WorkerContext {
@@ -137,6 +139,7 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
         db,
         dboid,
         extension_gone: false,
+        more_work: false,
     };
     let mut segments = SegmentJobs::new();
     let mut snowflake = SnowflakeJobs::new();
@@ -152,7 +155,13 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
             transaction::harden_session();
             snowflake.settings_reloaded(&ctx);
         }
-        segments.run(&mut ctx);
+        // the renewal first: refills that cannot finish (a Citus node that
+        // hangs) must not push it past the lease
+        snowflake.run(&mut ctx);
+        segments.run(
+            &mut ctx,
+            Duration::from_millis(crate::settings::HEARTBEAT_INTERVAL.get() as u64 / 2),
+        );
         snowflake.run(&mut ctx);
         if last_check.elapsed() >= Duration::from_secs(1) {
             last_check = Instant::now();
@@ -186,6 +195,11 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
             .flatten()
             .fold(Duration::from_millis(1000), Duration::min)
             .max(Duration::from_millis(1));
+        let timeout = if std::mem::take(&mut ctx.more_work) {
+            Duration::from_millis(1)
+        } else {
+            timeout
+        };
         // not pgrx's wait_latch, which processes interrupts: a SIGTERM must
         // reach the loop, which closes the generator and persists its last
         // millisecond first

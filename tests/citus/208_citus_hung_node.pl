@@ -1,0 +1,197 @@
+# leaf_id on Citus, issue 8 item 5: a node that hangs (a network partition).
+#
+# Every process of worker2 is stopped (SIGSTOP): its port accepts TCP
+# connections but nothing answers, as across a partition, where Citus waits
+# (citus.node_connection_timeout, 30 s by default) instead of being refused.
+# Under load on the coordinator and worker1 (one session per mode per node):
+#  - snowflake goes on with no refusal: each renewal writes the copies of
+#    leaf_worker one by one on new connections, bounded by a timeout, and a
+#    majority (the node's own and the other survivor's) is enough;
+#  - segment: a refill needs every copy of leaf_alloc and cannot finish;
+#    once the cached segments are used, every call fails within
+#    leaf_id.refill_timeout (3 s here) with a clear SQLSTATE;
+#  - worker2 resumed (SIGCONT): everything goes on by itself;
+#  - no ID twice.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use lib "$FindBin::RealBin/../tap";
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use IPC::Run;
+use Time::HiRes qw(time usleep);
+use CitusTap;
+use SegmentTap qw(try_sql);
+
+my ($coord, $w1, $w2) = citus_cluster(conf => "leaf_id.refill_timeout = 3000\nleaf_id.max_step = 100\n");
+$coord->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) VALUES ('dn', 10)});
+my %wid = map { $_->name => leaf_worker_id_of($_) } ($coord, $w1, $w2);
+my $w2port = $w2->port;
+
+# On each node, local objects (DDL propagation off): the log of every call
+# and a procedure that draws until told to stop (or a safety deadline).
+my $local_sql = q{
+SET citus.enable_ddl_propagation = off;
+CREATE TABLE drawlog (session text, t float8, ms float8, id bigint, state text, msg text);
+CREATE TABLE drawctl (stop bool);
+INSERT INTO drawctl VALUES (false);
+CREATE PROCEDURE draw_for(p_session text, p_mode text, p_seconds float8) LANGUAGE plpgsql AS $$
+DECLARE
+  t_end timestamptz := clock_timestamp() + p_seconds * interval '1 second';
+  t0 timestamptz; v bigint; st text; m text;
+BEGIN
+  WHILE clock_timestamp() < t_end AND NOT (SELECT stop FROM drawctl) LOOP
+    t0 := clock_timestamp(); v := NULL; st := NULL; m := NULL;
+    BEGIN
+      IF p_mode = 'segment' THEN v := leaf_segment_next('dn'); ELSE v := leaf_snowflake_next(); END IF;
+    EXCEPTION WHEN OTHERS THEN
+      GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, m = MESSAGE_TEXT;
+    END;
+    INSERT INTO drawlog VALUES (p_session, extract(epoch FROM t0),
+      extract(epoch FROM clock_timestamp() - t0) * 1000, v, st, m);
+    COMMIT;
+    PERFORM pg_sleep(CASE WHEN st IS NULL THEN 0.002 ELSE 0.05 END);
+  END LOOP;
+END $$;
+};
+$_->safe_psql('postgres', $local_sql) for ($coord, $w1, $w2);
+
+# Start a drawing session (a psql in the background).
+my @running;
+sub start_drawing
+{
+	my ($node, $session, $mode) = @_;
+	my ($out, $err) = ('', '');
+	my $h = IPC::Run::start(
+		[ 'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres'),
+		  '-c', "CALL draw_for('$session', '$mode', 240)" ],
+		'<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout(300));
+	push @running, [ $node, $session, $h, \$err ];
+}
+
+sub stop_drawing
+{
+	my %nodes = map { $_->[0]->name => $_->[0] } @running;
+	$_->safe_psql('postgres', 'UPDATE drawctl SET stop = true') for values %nodes;
+	for my $r (@running)
+	{
+		my $ok = eval { $r->[2]->finish };
+		ok($ok, "session $r->[1] ended cleanly") or diag "${ $r->[3] } $@";
+	}
+	@running = ();
+	$_->safe_psql('postgres', 'UPDATE drawctl SET stop = false') for values %nodes;
+}
+
+# Per session, between $from and $to (epoch seconds): successes, the last
+# success, the first failure, the failures' SQLSTATEs and messages and their
+# longest wait.
+sub summary
+{
+	my ($node, $session, $from, $to) = @_;
+	my $row = $node->safe_psql(
+		'postgres', qq{
+SELECT count(id), coalesce(max(t) FILTER (WHERE id IS NOT NULL), 0),
+       coalesce(min(t) FILTER (WHERE id IS NULL), 0),
+       count(*) FILTER (WHERE id IS NULL),
+       coalesce(max(ms) FILTER (WHERE id IS NULL), 0),
+       coalesce(string_agg(DISTINCT state || ' ' || msg, ' | ') FILTER (WHERE id IS NULL), '')
+FROM drawlog WHERE session = '$session' AND t >= $from AND t < $to});
+	my @f = split /\|/, $row, 6;
+	return { ok => $f[0], last_ok => $f[1], first_err => $f[2], errors => $f[3], max_err_ms => $f[4],
+		states => $f[5] };
+}
+
+# The first success at or after $from, 0 if none.
+sub first_ok_after
+{
+	my ($node, $session, $from) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT coalesce(min(t), 0) FROM drawlog WHERE session = '$session' AND id IS NOT NULL AND t >= $from");
+}
+
+
+my @survivors = ([ $coord, 'coord' ], [ $w1, 'w1' ]);
+for my $s (@survivors)
+{
+	start_drawing($s->[0], "$s->[1]_seg", 'segment');
+	start_drawing($s->[0], "$s->[1]_snow", 'snowflake');
+}
+sleep 3;
+
+# --- worker2 hangs ---------------------------------------------------------------
+my $pid = $w2->{_pid};
+my @pids = ($pid, map { /(\d+)/ ? $1 : () } split /\n/, `ps -o pid= --ppid $pid`);
+cmp_ok(scalar @pids, '>', 1, 'premise: worker2\'s postmaster and its children are found');
+my $t_stop = time;
+kill 'STOP', @pids;
+sleep 12;
+my $t_after = time;
+for my $s (@survivors)
+{
+	for my $mode ('seg', 'snow')
+	{
+		my $session = "$s->[1]_$mode";
+		my $r = summary($s->[0], $session, $t_stop, $t_after);
+		note sprintf(
+			'%s with worker2 stopped: %d IDs, the last %.2f s after the stop; first refusal %.2f s after; %d refusals, longest wait %.0f ms; %s',
+			$session, $r->{ok}, $r->{last_ok} - $t_stop, $r->{first_err} - $t_stop, $r->{errors},
+			$r->{max_err_ms}, $r->{states});
+		if ($mode eq 'snow')
+		{
+			is($r->{errors}, 0, "$session: snowflake is never refused while worker2 hangs") or diag $r->{states};
+			cmp_ok($r->{last_ok} - $t_stop, '>', 11, "$session: it keeps issuing (12 s, four leases)");
+			next;
+		}
+		cmp_ok($r->{errors}, '>', 0, "$session: refused once the cached segments are used");
+		cmp_ok($r->{max_err_ms}, '<', 3600, "$session: a refused call waits at most leaf_id.refill_timeout (3 s)");
+		my @other = grep { !/^(55P03|57014|08006) / } split / \| /, $r->{states};
+		is(scalar @other, 0, "$session: every refusal is 55P03, 57014 or 08006") or diag explain \@other;
+	}
+}
+
+# --- worker2 goes on ---------------------------------------------------------
+kill 'CONT', @pids;
+my $t_cont = time;
+for my $s (@survivors)
+{
+	for my $mode ('seg', 'snow')
+	{
+		my $session = "$s->[1]_$mode";
+		my $first = 0;
+		my $deadline = time + 40;
+		while (time < $deadline)
+		{
+			$first = first_ok_after($s->[0], $session, $t_cont);
+			last if $first > 0;
+			usleep(200_000);
+		}
+		note sprintf('%s: first ID %.2f s after SIGCONT', $session, $first - $t_cont) if $first;
+		ok($first > 0, "$session issues by itself after worker2 goes on");
+	}
+}
+start_drawing($w2, 'w2_seg', 'segment');
+start_drawing($w2, 'w2_snow', 'snowflake');
+sleep 4;
+stop_drawing();
+
+# --- no ID twice -------------------------------------------------------------
+my (%seen, %dup);
+for my $n ($coord, $w1, $w2)
+{
+	for my $line (split /\n/, $n->safe_psql('postgres', q{SELECT session, id FROM drawlog WHERE id IS NOT NULL}))
+	{
+		my ($session, $id) = split /\|/, $line;
+		my $mode = $session =~ /seg/ ? 'seg' : 'snow';
+		$dup{$mode}++ if $seen{$mode}{$id}++;
+	}
+}
+note "IDs issued: " . join(', ', map { "$_ " . scalar(keys %{ $seen{$_} }) } sort keys %seen);
+cmp_ok(scalar(keys %{ $seen{seg} // {} }), '>', 0, 'premise: segment IDs were drawn');
+is($dup{seg} // 0, 0, 'no segment ID issued twice over the three nodes');
+is($dup{snow} // 0, 0, 'no snowflake ID issued twice over the three nodes');
+
+$_->stop for ($w2, $w1, $coord);
+done_testing();
