@@ -27,8 +27,9 @@ impl Copies {
     }
 }
 
-/// The copies of `leaf_worker` when it is a Citus table with a copy on this
-/// node; None otherwise (a plain table: one copy, written directly).
+/// The copies of `leaf_worker` when it is a Citus reference table with a
+/// copy on this node; None otherwise (a plain table: one copy; any other
+/// Citus table is written through Citus).
 pub fn of_worker_registry(
     client: &mut SpiClient,
     schema: &str,
@@ -36,6 +37,7 @@ pub fn of_worker_registry(
     let citus = client
         .select(
             "SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_shard') IS NOT NULL \
+             AND pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL \
              AND pg_catalog.to_regclass('pg_catalog.pg_dist_local_group') IS NOT NULL",
             None,
             &[],
@@ -58,6 +60,9 @@ pub fn of_worker_registry(
                  JOIN pg_catalog.pg_dist_node n ON n.groupid OPERATOR(pg_catalog.=) p.groupid \
                  AND n.noderole OPERATOR(pg_catalog.=) 'primary' \
                  WHERE s.logicalrelid OPERATOR(pg_catalog.=) '{schema}.leaf_worker'::pg_catalog.regclass \
+                 AND EXISTS (SELECT FROM pg_catalog.pg_dist_partition d \
+                   WHERE d.logicalrelid OPERATOR(pg_catalog.=) s.logicalrelid \
+                   AND d.partmethod OPERATOR(pg_catalog.=) 'n' AND d.repmodel OPERATOR(pg_catalog.=) 't') \
                  ORDER BY n.nodename, n.nodeport"
             ),
             None,

@@ -260,7 +260,7 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
         0
     };
     if !same_id {
-        wait_for_floor(floor, ahead);
+        wait_for_floor(floor);
     }
     // a claim that wrote through Citus renews through it as well (its own
     // uncommitted write locks every copy); one that only found its own row
@@ -338,10 +338,12 @@ fn held_by_live_server(id: i64, node: &str) -> JobError {
 
 /// A restart of this data directory holds its row at once (`owner_file`),
 /// with the lease of the lifetime before it still running: wait until the
-/// clock passes it, as a takeover would, instead of refusing calls
-/// meanwhile. A floor further ahead is a clock behind the mark: refused.
-fn wait_for_floor(floor: i64, ahead: i64) {
-    let limit = ahead + 2 * settings::HEARTBEAT_INTERVAL.get() as i64;
+/// clock passes it, as a takeover watches a row for as long (two heartbeats
+/// and a lock timeout at most), instead of refusing calls meanwhile. A floor
+/// further ahead (a long lease, a clock behind the mark) is not waited for:
+/// calls are refused (58000) until the clock passes it.
+fn wait_for_floor(floor: i64) {
+    let limit = 2 * settings::HEARTBEAT_INTERVAL.get() as i64 + WORKER_LOCK_TIMEOUT_MS;
     let behind = floor - clock_ms();
     if behind < 0 || behind > limit {
         return;
@@ -349,7 +351,7 @@ fn wait_for_floor(floor: i64, ahead: i64) {
     while clock_ms() <= floor {
         pgrx::check_for_interrupts!();
         crate::clock::wait_on_latch(Duration::from_millis(
-            ((floor - clock_ms()).clamp(1, 100)) as u64,
+            (floor - clock_ms()).clamp(1, 100) as u64
         ));
     }
 }
