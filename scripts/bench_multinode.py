@@ -339,13 +339,54 @@ def drains(B, nodes, cases):
     return res
 
 
+def copy_by_copy_renewal(B, nodes, n):
+    """The lease renewal as the worker runs it on Citus (src/citus_copies.rs):
+    node n's own copy of leaf_worker (the reference table's shard) in the
+    transaction, every other copy through master_run_on_worker, each in a
+    transaction of its own on a new connection. Checked once: every copy
+    must take it."""
+    shard = nodes.psql(n, "SELECT shardid FROM pg_dist_shard WHERE logicalrelid = 'leaf_worker'::regclass;").strip()
+    others = [line.split("|") for line in nodes.psql(n, """
+SELECT d.nodename, d.nodeport FROM pg_dist_placement p JOIN pg_dist_shard s USING (shardid)
+JOIN pg_dist_node d ON d.groupid = p.groupid
+WHERE s.logicalrelid = 'leaf_worker'::regclass AND d.groupid <> (SELECT groupid FROM pg_dist_local_group)
+ORDER BY 1, 2;""").split()]
+    update = PERSIST.strip().replace("TABLE", f"leaf_worker_{shard}").replace(" RETURNING last_timestamp;", "")
+    lines = ["BEGIN;",
+             "SELECT pg_catalog.set_config('citus.enable_manual_changes_to_shards', 'on', true);",
+             update + ";"]
+    if others:
+        do = ("DO $leaf_id$ BEGIN PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true); "
+              "PERFORM pg_catalog.set_config('lock_timeout', '1000', true); "
+              "PERFORM pg_catalog.set_config('citus.enable_manual_changes_to_shards', 'on', true); "
+              f"{update}; IF NOT FOUND THEN RAISE EXCEPTION 'no row 1023'; END IF; END $leaf_id$")
+        lit = "'" + do.replace("'", "''") + "'"
+        hosts = ", ".join(f"'{h}'" for h, _ in others)
+        ports = ", ".join(p for _, p in others)
+        lines += ["SELECT pg_catalog.set_config('citus.node_connection_timeout', '1000', true);",
+                  f"SELECT count(*) FILTER (WHERE success) FROM pg_catalog.master_run_on_worker("
+                  f"ARRAY[{hosts}]::text[], ARRAY[{ports}]::int[], ARRAY[{', '.join([lit] * len(others))}]::text[], true);"]
+    lines.append("COMMIT;")
+    script = "\n".join(lines) + "\n"
+    acks = nodes.psql(n, script).split()
+    if others and acks[-1:] != [str(len(others))]:
+        raise B.BenchError(f"the copy-by-copy renewal on {n} reached {acks} of {len(others)} other copies")
+    return script
+
+
 def statements(B, nodes, n):
     """The worker's statements (RESERVE, PERSIST) from pgbench, one client, on
-    the shared table and on its local copy, on node n."""
+    the shared table and on its local copy, on node n; and the renewal copy
+    by copy, as the worker runs it on Citus."""
     P = B.P
-    res = {k: [] for k, _ in STATEMENTS}
+    scripts = list(STATEMENTS)
+    try:
+        scripts.append(("persist_quorum", copy_by_copy_renewal(B, nodes, n)))
+    except (B.BenchError, subprocess.TimeoutExpired) as e:
+        B.note_error(f"multinode statement persist_quorum on {n}", str(e))
+    res = {k: [] for k, _ in scripts}
     for rep in range(P["mn_reps"]):
-        for key, script in B.rotated(STATEMENTS, rep):
+        for key, script in B.rotated(scripts, rep):
             prefix = os.path.join(P["work"], f"mn_{key}_{n}_{rep + 1}")
             try:
                 r = B.pgbench(f"mn_{key}_{n}", script, 1, log_prefix=prefix, port=nodes.port[n], db="postgres",

@@ -721,10 +721,12 @@ def multinode_block(res, own_run):
                      f"µs from the coordinator, {f(cyc('refill_ref_3', 'worker1'))} µs from a worker with 3 nodes "
                      f"({ratio(cyc('refill_ref_3', 'coord'), loc)}, {ratio(cyc('refill_ref_3', 'worker1'), loc)}).")
     pr, pl = stmt("statements_3", "coord", "persist_ref"), stmt("statements_3", "coord", "persist_local")
+    pq = stmt("statements_3", "coord", "persist_quorum")
     if pr and pl:
         brief.append(f"A lease renewal's `UPDATE` (timed from pgbench, not inside the worker) takes {f(pl)} µs on a "
                      f"local table and {f(pr)} µs on the reference table with 3 nodes, from the coordinator "
-                     f"({ratio(pr, pl)}); the refill transaction {ratio(stmt('statements_3', 'coord', 'reserve_ref'), stmt('statements_3', 'coord', 'reserve_local'))}.")
+                     f"({ratio(pr, pl)}); the renewal copy by copy that the worker runs on Citus {f(pq)} µs "
+                     f"({ratio(pq, pl)}); the refill transaction {ratio(stmt('statements_3', 'coord', 'reserve_ref'), stmt('statements_3', 'coord', 'reserve_local'))}.")
     if brief:
         L += ["In brief (medians; details in the tables below):", ""] + [f"- {x}" for x in brief] + [""]
 
@@ -806,23 +808,32 @@ def multinode_block(res, own_run):
               "(`CREATE TABLE ... (LIKE leaf_alloc INCLUDING ALL)`, likewise for `leaf_worker`) on the same node "
               "in the same run. *Refill*: the transaction of `reserve()` in `src/segment_worker.rs` (`BEGIN`; "
               "the locking `UPDATE ... RETURNING`; the guarded `UPDATE` of `max_id`; the `SELECT` that reads it "
-              "back; `COMMIT`) on a step-1 tag of its own. *Lease renewal*: the `UPDATE` of `persist()` in "
-              "`src/snowflake_worker.rs` (autocommit) on a row of its own. Constants stand in for the worker's "
+              "back; `COMMIT`) on a step-1 tag of its own. *Lease renewal through Citus*: the `UPDATE` of "
+              "`persist()` in `src/snowflake_worker.rs` (autocommit) on a row of its own, as on one server. *Lease "
+              "renewal copy by copy*: what the worker runs on Citus (`src/citus_copies.rs`): in one transaction the "
+              "same `UPDATE` on the node's own copy (the reference table's shard), then `master_run_on_worker` "
+              "with a `DO` block that runs it on each other node's copy, each on a new connection (one node down "
+              "must not stop the renewals; see the README). Constants stand in for the worker's "
               "parameters. This measures the SQL and its commit as a client session sees them, not the worker's "
               "wake-up or shared memory; mean = 1 / TPS, p99 from pgbench's per-transaction log.", "",
               "| node | statement | reference table: mean µs | p99 µs | local table: mean µs | p99 µs "
               "| reference ÷ local |", "|---|---|---:|---:|---:|---:|---:|"]
         for label, st in (("1 node", st1), ("3 nodes", st3)):
             for node, runs in st.items():
-                for stmt, name in (("reserve", "refill transaction"), ("persist", "lease renewal")):
-                    ref = med([r["mean_us"] for r in runs.get(f"{stmt}_ref", [])])
+                for stmt, refkey, name in (("reserve", "reserve_ref", "refill transaction"),
+                                           ("persist", "persist_ref", "lease renewal through Citus"),
+                                           ("persist", "persist_quorum", "lease renewal copy by copy (the worker)")):
+                    if refkey not in runs:
+                        continue
+                    ref = med([r["mean_us"] for r in runs.get(refkey, [])])
                     loc = med([r["mean_us"] for r in runs.get(f"{stmt}_local", [])])
                     L.append(f"| {node}, {label} | {name} | {f(ref)} | "
-                             f"{f(med([r['p99_us'] for r in runs.get(f'{stmt}_ref', [])]))} | {f(loc)} | "
+                             f"{f(med([r['p99_us'] for r in runs.get(refkey, [])]))} | {f(loc)} | "
                              f"{f(med([r['p99_us'] for r in runs.get(f'{stmt}_local', [])]))} | {ratio(ref, loc)} |")
         L += ["", "A node renews its lease once per `leaf_id.heartbeat_interval` (1 s by default) whatever the "
               "traffic, so the renewal's latency costs no IDs as long as it stays well below "
-              "`leaf_id.lease_ahead` (3 s); with 3 nodes each renewal writes every node.", ""]
+              "`leaf_id.lease_ahead` (3 s); with 3 nodes each renewal writes every node's copy, and a majority "
+              "of them is enough.", ""]
     errs = [e for e in res.get("errors", []) if e["where"].startswith("multinode")]
     if errs:
         def first(msg):

@@ -93,6 +93,38 @@ pub fn of_worker_registry(
     })
 }
 
+/// Whether `table` (of leaf_id's schema) is a Citus table.
+pub fn is_citus_table(client: &mut SpiClient, schema: &str, table: &str) -> Result<bool, JobError> {
+    let citus = client
+        .select(
+            "SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL",
+            None,
+            &[],
+        )
+        .map_err(spi_err)?
+        .first()
+        .get::<bool>(1)
+        .map_err(spi_err)?
+        .unwrap_or(false);
+    if !citus {
+        return Ok(false);
+    }
+    Ok(client
+        .select(
+            &format!(
+                "SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition \
+                 WHERE logicalrelid OPERATOR(pg_catalog.=) '{schema}.{table}'::pg_catalog.regclass)"
+            ),
+            None,
+            &[],
+        )
+        .map_err(spi_err)?
+        .first()
+        .get::<bool>(1)
+        .map_err(spi_err)?
+        .unwrap_or(false))
+}
+
 /// A string as an SQL literal that reads the same whatever
 /// standard_conforming_strings is.
 fn sql_literal(s: &str) -> String {

@@ -356,6 +356,9 @@ fn wait_for_floor(floor: i64) {
     }
 }
 
+/// `close_and_persist` left the row as it was (on Citus, at an exit).
+const SKIPPED_ON_CITUS: i64 = i64::MIN;
+
 /// The worker session's lock_timeout (`FORCED_SETTINGS`).
 const WORKER_LOCK_TIMEOUT_MS: i64 = 5000;
 
@@ -533,6 +536,17 @@ pub fn close_and_persist(db: usize) {
             return Err(crate::transaction::needs_current_catalog("snowflake mode"));
         }
         Spi::connect_mut(|client| {
+            if crate::transaction::cancel_held_off()
+                && crate::citus_copies::is_citus_table(client, schema, "leaf_worker")?
+            {
+                // Citus ends a distributed statement silently, with only this
+                // node's copy written, when a cancel or terminate is pending
+                // while interrupts are held (as on this exit): the copies
+                // would disagree on the token. The row keeps its lease
+                // instead; a restart of this data directory keeps the token
+                // (owner_file) and goes on above that lease.
+                return Ok(Some(SKIPPED_ON_CITUS));
+            }
             client
                 .update(
                     // the owner token goes too: a restart takes the row
@@ -555,6 +569,10 @@ pub fn close_and_persist(db: usize) {
         })
     });
     match result {
+        Ok(Some(SKIPPED_ON_CITUS)) => pgrx::log!(
+            "leaf_id: snowflake worker id {} closed; its leaf_worker row keeps its lease (a shutdown cannot write every Citus copy)",
+            worker_id
+        ),
         Ok(Some(written)) if written >= mark => {
             // the lease follows the row down: a reopen must renew first
             slot.generator.lease_ms.store(written.min(lease), SeqCst);

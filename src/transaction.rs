@@ -128,6 +128,17 @@ fn force(name: &CStr, value: &CStr) {
     };
 }
 
+/// Interrupts are held off (the worker's exit) while a cancel or terminate
+/// is pending: Citus then stops a distributed statement early without an
+/// error (its `IsHoldOffCancellationReceived`).
+pub fn cancel_held_off() -> bool {
+    unsafe {
+        (&raw const pg_sys::InterruptHoldoffCount).read_volatile() > 0
+            && ((&raw const pg_sys::ProcDiePending).read_volatile() != 0
+                || (&raw const pg_sys::QueryCancelPending).read_volatile() != 0)
+    }
+}
+
 /// How long the worker waits for a connection to another Citus node: half
 /// the margin between renewals and the end of the lease, so that a node
 /// that hangs (a network partition) costs a renewal less than that margin.

@@ -34,16 +34,28 @@ for my $n (@nodes)
 }
 
 # A restart of one worker while the others run, and of the whole cluster.
-# On Citus a node being stopped does not manage to persist its exact last
-# millisecond (the write to the reference table fails: "leaf_id: could not
-# persist the last snowflake millisecond" in its log, also when the other
-# nodes are up), so it keeps the lease mark (up to leaf_id.lease_ahead, 3 s,
-# ahead) and refuses IDs after its start until the clock passes it, as after
-# a crash; issued_after_restart allows exactly those refusals (58000).
+# On Citus a node being stopped does not write its exact last millisecond:
+# Citus ends a distributed statement early, with only the node's own copy
+# written and no error, when a terminate is pending while interrupts are
+# held, so the clean close leaves the row as it is (lease and owner token,
+# on every copy alike). The restart keeps its owner token (owner file) and
+# waits for the lease to pass (up to leaf_id.lease_ahead, 3 s);
+# issued_after_restart allows refusals meanwhile (58000).
+my $token_sql = sub {
+	my ($id) = @_;
+	return qq{SELECT string_agg(DISTINCT result, ',') FROM run_command_on_placements('leaf_worker',
+	  \$\$SELECT owner_token FROM %s WHERE worker_id = $id\$\$)};
+};
+my $w1_token = $coord->safe_psql('postgres', $token_sql->($wid{ $workers[1]->name }));
+like($w1_token, qr/^\d+$/, 'premise: every copy of leaf_worker has one token for ' . $workers[1]->name);
 $workers[1]->restart;
+ok($workers[1]->log_contains(qr/closed; its leaf_worker row keeps its lease/),
+	$workers[1]->name . ': its clean shutdown left the row as it was (no partial write to some copies)');
 my $r1 = issued_after_restart($workers[1], 'SELECT (leaf_snowflake_decode(leaf_snowflake_next())).worker_id',
 	$workers[1]->name . ' after its restart', seconds => 15);
 is($r1->{last}{out}, $wid{ $workers[1]->name }, $workers[1]->name . ' keeps its worker id across its restart');
+is($coord->safe_psql('postgres', $token_sql->($wid{ $workers[1]->name })), $w1_token,
+	'every copy of its row still has the same token: the restart kept it');
 $_->stop for reverse @nodes;
 $_->start for @nodes;
 for my $n (@nodes)

@@ -10,6 +10,8 @@
 #    guarded update is refused by the other copies of the reference table.
 #  - The originals keep issuing snowflake and segment IDs.
 #  - No segment or snowflake ID is issued twice across all five servers.
+#  - The coordinator killed meanwhile: the originals go on (renewals on a
+#    majority of the copies), the copies stay refused.
 #  - With the copies gone, a restarted original gets its own id back.
 use strict;
 use warnings;
@@ -133,6 +135,49 @@ for my $mode ('segment', 'snowflake')
 cmp_ok(scalar @{ $ids{segment} }, '>', 0, 'premise: segment IDs were issued');
 is($dups, 0, 'no segment or snowflake ID was issued twice by the five servers');
 
+# The coordinator dies while the copies run. The originals renew their
+# leases on a majority of the copies of leaf_worker (their own and the other
+# worker's) and go on; a copy still cannot take a row (a takeover needs every
+# copy, and the originals keep their leases live) and stays refused.
+$coord->kill9;
+my %down = map { $_ => { ok => 0, refused => [] } } qw(worker1 worker2 w1copy w2copy);
+$deadline = time + 8;
+while (time < $deadline)
+{
+	for my $pair ([ $w1, 'worker1' ], [ $w2, 'worker2' ], [ $standby, 'w1copy' ], [ $clone, 'w2copy' ])
+	{
+		my ($n, $label) = @$pair;
+		my $r = draw($n, $label, 'snowflake', 20);
+		if ($r->{ret} == 0)
+		{
+			$down{$label}{ok}++;
+			push @{ $ids{snowflake} }, split /\n/, $r->{out};
+		}
+		else { push @{ $down{$label}{refused} }, ($r->{sqlstate} // 'none') . ' ' . ($r->{err} =~ s/\n.*//sr) }
+	}
+}
+note "coordinator dead: $_ issued $down{$_}{ok} batches, refusals: " . scalar(@{ $down{$_}{refused} })
+  . ', first: ' . ($down{$_}{refused}[0] // '-') for sort keys %down;
+for my $label ('worker1', 'worker2')
+{
+	is(scalar @{ $down{$label}{refused} }, 0, "coordinator dead: ${label}'s snowflake goes on, nothing refused");
+}
+for my $label ('w1copy', 'w2copy')
+{
+	is($down{$label}{ok}, 0, "coordinator dead: $label issues no snowflake ID");
+}
+my %n;
+$n{$_}++ for @{ $ids{snowflake} };
+is(scalar(grep { $n{$_} > 1 } keys %n), 0, 'no snowflake ID issued twice, the coordinator\'s death included');
+my $started = 0;
+for (1 .. 40)
+{
+	usleep(250_000);
+	last if ($started = $coord->start(fail_ok => 1));
+	$coord->{_pid} = undef;    # a failed start read the dead postmaster's pid file
+}
+ok($started, 'the coordinator starts again');
+
 # With the copies gone, a restart of an original gets its own id back.
 $standby->stop('immediate');
 $clone->stop('immediate');
@@ -144,7 +189,10 @@ for (1 .. 100)
 	last if $r->{ret} == 0;
 	usleep(200_000);
 }
-is($r->{out}, $wid{worker1}, 'worker1 restarted gets its own worker id back') or diag $r->{err};
+is($r->{out}, $wid{worker1}, 'worker1 restarted gets its own worker id back')
+  or diag $r->{err}, "\n", $coord->safe_psql('postgres',
+	q{SELECT nodeport, result FROM run_command_on_placements('leaf_worker', $$SELECT string_agg(concat_ws('=', worker_id, owner_token, last_timestamp), ',' ORDER BY worker_id) FROM %s$$) ORDER BY nodeport}),
+	"\n", join("\n", map { $_->name . ': ' . $_->safe_psql('postgres', 'SELECT count(*) FROM pg_prepared_xacts') } ($coord, $w1, $w2));
 is(draw($w2, 'worker2', 'snowflake', 10)->{ret}, 0, 'worker2 still issues');
 
 $_->stop for ($coord, @workers);
