@@ -34,19 +34,12 @@ pub fn of_worker_registry(
     client: &mut SpiClient,
     schema: &str,
 ) -> Result<Option<Copies>, JobError> {
-    let citus = client
-        .select(
-            "SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_shard') IS NOT NULL \
-             AND pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL \
-             AND pg_catalog.to_regclass('pg_catalog.pg_dist_local_group') IS NOT NULL",
-            None,
-            &[],
-        )
-        .map_err(spi_err)?
-        .first()
-        .get::<bool>(1)
-        .map_err(spi_err)?
-        .unwrap_or(false);
+    let citus = select_bool(
+        client,
+        "SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_shard') IS NOT NULL \
+         AND pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL \
+         AND pg_catalog.to_regclass('pg_catalog.pg_dist_local_group') IS NOT NULL",
+    )?;
     if !citus {
         return Ok(None);
     }
@@ -93,36 +86,32 @@ pub fn of_worker_registry(
     })
 }
 
-/// Whether `table` (of leaf_id's schema) is a Citus table.
-pub fn is_citus_table(client: &mut SpiClient, schema: &str, table: &str) -> Result<bool, JobError> {
-    let citus = client
-        .select(
-            "SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL",
-            None,
-            &[],
-        )
-        .map_err(spi_err)?
-        .first()
-        .get::<bool>(1)
-        .map_err(spi_err)?
-        .unwrap_or(false);
-    if !citus {
-        return Ok(false);
-    }
+/// A query's one boolean (NULL: false).
+fn select_bool(client: &mut SpiClient, sql: &str) -> Result<bool, JobError> {
     Ok(client
-        .select(
-            &format!(
-                "SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition \
-                 WHERE logicalrelid OPERATOR(pg_catalog.=) '{schema}.{table}'::pg_catalog.regclass)"
-            ),
-            None,
-            &[],
-        )
+        .select(sql, None, &[])
         .map_err(spi_err)?
         .first()
         .get::<bool>(1)
         .map_err(spi_err)?
         .unwrap_or(false))
+}
+
+/// Whether `table` (of leaf_id's schema) is a Citus table.
+pub fn is_citus_table(client: &mut SpiClient, schema: &str, table: &str) -> Result<bool, JobError> {
+    if !select_bool(
+        client,
+        "SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL",
+    )? {
+        return Ok(false);
+    }
+    select_bool(
+        client,
+        &format!(
+            "SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition \
+             WHERE logicalrelid OPERATOR(pg_catalog.=) '{schema}.{table}'::pg_catalog.regclass)"
+        ),
+    )
 }
 
 /// A string as an SQL literal that reads the same whatever

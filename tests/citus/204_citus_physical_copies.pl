@@ -169,14 +169,7 @@ for my $label ('w1copy', 'w2copy')
 my %n;
 $n{$_}++ for @{ $ids{snowflake} };
 is(scalar(grep { $n{$_} > 1 } keys %n), 0, 'no snowflake ID issued twice, the coordinator\'s death included');
-my $started = 0;
-for (1 .. 40)
-{
-	usleep(250_000);
-	last if ($started = $coord->start(fail_ok => 1));
-	$coord->{_pid} = undef;    # a failed start read the dead postmaster's pid file
-}
-ok($started, 'the coordinator starts again');
+ok(start_after_kill9($coord), 'the coordinator starts again');
 
 # With the copies gone, a restart of an original gets its own id back.
 $standby->stop('immediate');

@@ -106,16 +106,7 @@ for my $n ($w1, $w2)
 # row keeps its token, as after a crash)
 my $t_restart = time;
 $w1->kill9;
-# the killed postmaster's children leave within moments (they notice its
-# death); until then the data directory is still in use
-my $started = 0;
-for (1 .. 40)
-{
-	usleep(250_000);
-	last if ($started = $w1->start(fail_ok => 1));
-	$w1->{_pid} = undef;    # a failed start read the dead postmaster's pid file
-}
-ok($started, 'worker1 starts again after kill -9');
+ok(start_after_kill9($w1), 'worker1 starts again after kill -9');
 $w2->restart;
 my $again = draw_phase(10, $t_restart);
 for my $n ($w1, $w2)

@@ -21,7 +21,7 @@ use Time::HiRes qw(usleep time);
 our @EXPORT = qw(
   SHARE_TABLES_SQL
   citus_node citus_cluster add_citus_node node_label
-  run_sessions leaf_worker_id_of
+  run_sessions leaf_worker_id_of start_after_kill9
 );
 
 # The one documented set-up statement, run on the coordinator after
@@ -152,6 +152,21 @@ sub leaf_worker_id_of
 	my ($node) = @_;
 	return $node->safe_psql('postgres',
 		'SELECT (leaf_snowflake_decode(leaf_snowflake_next())).worker_id');
+}
+
+# Start $node again after its postmaster was killed (kill -9): its children
+# leave within moments (they notice the death), and until then the data
+# directory is still in use, so try for up to 10 s. True once started.
+sub start_after_kill9
+{
+	my ($node) = @_;
+	for (1 .. 40)
+	{
+		Time::HiRes::usleep(250_000);
+		return 1 if $node->start(fail_ok => 1);
+		$node->{_pid} = undef;    # a failed start read the dead postmaster's pid file
+	}
+	return 0;
 }
 
 1;
