@@ -86,6 +86,36 @@ pub fn of_worker_registry(
     })
 }
 
+thread_local! {
+    /// The copies the last renewal that held did not reach ("host:port").
+    static MISSED: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Tell the operator when renewals start or stop missing copies (a node
+/// down or back), once per change rather than once per heartbeat.
+fn note_degraded(worker_id: i64, took: usize, copies: usize, failures: &[String]) {
+    let missed: Vec<String> = failures
+        .iter()
+        .map(|f| f.split(": ").next().unwrap_or("").to_string())
+        .collect();
+    MISSED.with(|m| {
+        if *m.borrow() == missed {
+            return;
+        }
+        if missed.is_empty() {
+            pgrx::log!(
+                "leaf_id: the snowflake lease of worker id {worker_id} is renewed on all {copies} copies of leaf_worker again"
+            );
+        } else {
+            pgrx::log!(
+                "leaf_id: the snowflake lease of worker id {worker_id} is renewed on {took} of {copies} copies of leaf_worker (a majority); not on: {}",
+                failures.join("; ")
+            );
+        }
+        *m.borrow_mut() = missed;
+    });
+}
+
 /// A query's one boolean (NULL: false).
 fn select_bool(client: &mut SpiClient, sql: &str) -> Result<bool, JobError> {
     Ok(client
@@ -235,14 +265,7 @@ pub fn renew_on_majority(
         }
     }
     if quorum::renewal_holds(own, acks, copies.count()) {
-        if !failures.is_empty() {
-            pgrx::debug1!(
-                "leaf_id: snowflake lease renewed on {} of {} copies of leaf_worker; not on: {}",
-                1 + acks,
-                copies.count(),
-                failures.join("; ")
-            );
-        }
+        note_degraded(worker_id, 1 + acks, copies.count(), &failures);
         return Ok(());
     }
     // a copy that another token holds means the row was taken over: the

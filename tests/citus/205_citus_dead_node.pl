@@ -144,6 +144,8 @@ for my $s (@survivors)
 		{
 			is($r->{errors}, 0, "$session: snowflake is never refused while worker2 is dead") or diag $r->{states};
 			cmp_ok($r->{last_ok} - $t_kill, '>', 11, "$session: it keeps issuing (12 s, four leases)");
+			ok($s->[0]->log_contains(qr/is renewed on 2 of 3 copies of leaf_worker \(a majority\); not on: 127\.0\.0\.1:$w2port/),
+				"$session: the server log says the renewals miss worker2's copy");
 			next;
 		}
 		my $what = 'refill tag "dn"';
@@ -241,6 +243,9 @@ for my $n ($coord, $w1, $w2)
 	note $n->name . ' refusals: '
 	  . $n->safe_psql('postgres', q{SELECT string_agg(DISTINCT session || ': ' || state || ' ' || msg, E'\n') FROM drawlog WHERE id IS NULL});
 }
+
+ok($coord->log_contains(qr/is renewed on all \d copies of leaf_worker again/),
+	'the coordinator\'s log says when its renewals reach every copy again');
 
 # --- no ID twice -------------------------------------------------------------
 my (%seen, %dup);
