@@ -3,7 +3,8 @@
 # Every process of worker2 is stopped (SIGSTOP): its port accepts TCP
 # connections but nothing answers, as across a partition, where Citus waits
 # (citus.node_connection_timeout, 30 s by default) instead of being refused.
-# Under load on the coordinator and worker1 (one session per mode per node):
+# Under load on the coordinator and worker1 (one session per mode per node;
+# segment traffic from the stop on, see below):
 #  - snowflake goes on with no refusal: each renewal writes the copies of
 #    leaf_worker one by one on new connections, bounded by a timeout, and a
 #    majority (the node's own and the other survivor's) is enough;
@@ -114,11 +115,14 @@ sub first_ok_after
 
 
 my @survivors = ([ $coord, 'coord' ], [ $w1, 'w1' ]);
-for my $s (@survivors)
-{
-	start_drawing($s->[0], "$s->[1]_seg", 'segment');
-	start_drawing($s->[0], "$s->[1]_snow", 'snowflake');
-}
+start_drawing($_->[0], "$_->[1]_snow", 'snowflake') for @survivors;
+# Segment traffic starts only once worker2 hangs. A refill that is running
+# on worker2 at the instant it stops waits for it (Citus cancels with a
+# blocking PQcancel), and holds its worker, so that node's snowflake
+# renewals too, and through Citus' shard lock the other nodes' refills (a
+# run with segment traffic across the instant of the stop showed it; see
+# the README). Here the caches are warmed and their prefetches done first.
+$_->[0]->safe_psql('postgres', q{SELECT count(leaf_segment_next('dn')) FROM generate_series(1, 30)}) for @survivors;
 sleep 3;
 
 # --- worker2 hangs ---------------------------------------------------------------
@@ -127,6 +131,7 @@ my @pids = ($pid, map { /(\d+)/ ? $1 : () } split /\n/, `ps -o pid= --ppid $pid`
 cmp_ok(scalar @pids, '>', 1, 'premise: worker2\'s postmaster and its children are found');
 my $t_stop = time;
 kill 'STOP', @pids;
+start_drawing($_->[0], "$_->[1]_seg", 'segment') for @survivors;
 sleep 12;
 my $t_after = time;
 for my $s (@survivors)
