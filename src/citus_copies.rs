@@ -190,7 +190,7 @@ pub fn renew_on_majority(
     token: i64,
     mark: i64,
     epoch: i64,
-    connect_timeout_ms: i64,
+    remote_lock_timeout_ms: i64,
 ) -> Result<(), JobError> {
     let update = renewal_sql(
         &copies.shard_table,
@@ -224,19 +224,13 @@ pub fn renew_on_majority(
         let command = format!(
             "DO $leaf_id$ BEGIN \
              PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true); \
-             PERFORM pg_catalog.set_config('lock_timeout', '{connect_timeout_ms}', true); \
+             PERFORM pg_catalog.set_config('lock_timeout', '{remote_lock_timeout_ms}', true); \
              PERFORM pg_catalog.set_config('citus.enable_manual_changes_to_shards', 'on', true); \
              {update}; \
              IF NOT FOUND THEN RAISE EXCEPTION 'no leaf_worker row of worker id {worker_id} on this node' \
              USING ERRCODE = '55000'; END IF; END $leaf_id$"
         );
-        client
-            .update(
-                "SELECT pg_catalog.set_config('citus.node_connection_timeout', $1, true)",
-                None,
-                &[connect_timeout_ms.to_string().into()],
-            )
-            .map_err(spi_err)?;
+        // the connect timeout is the worker session's (transaction::bound_citus_waits)
         let hosts: Vec<String> = copies.others.iter().map(|(h, _)| h.clone()).collect();
         let ports: Vec<i32> = copies.others.iter().map(|(_, p)| *p).collect();
         let commands: Vec<String> = vec![command; hosts.len()];

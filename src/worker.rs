@@ -162,7 +162,6 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
             &mut ctx,
             Duration::from_millis(crate::settings::HEARTBEAT_INTERVAL.get() as u64 / 2),
         );
-        snowflake.run(&mut ctx);
         if last_check.elapsed() >= Duration::from_secs(1) {
             last_check = Instant::now();
             if let Err(e) = in_transaction(|_| Ok(())) {

@@ -22,6 +22,7 @@ our @EXPORT = qw(
   SHARE_TABLES_SQL
   citus_node citus_cluster add_citus_node node_label
   run_sessions leaf_worker_id_of start_after_kill9
+  DRAWLOG_SQL start_drawing stop_drawing summary first_ok_after
 );
 
 # The one documented set-up statement, run on the coordinator after
@@ -168,5 +169,89 @@ sub start_after_kill9
 	}
 	return 0;
 }
+
+# Drawing sessions that log every call, for tests that kill or stop nodes
+# under load (205, 208). On each node, local objects (DDL propagation off):
+# the log of every call and a procedure that draws (segment IDs of tag 'dn'
+# or snowflake IDs) until told to stop (or a safety deadline). Run
+# DRAWLOG_SQL on every node first.
+use constant DRAWLOG_SQL => q{
+SET citus.enable_ddl_propagation = off;
+CREATE TABLE drawlog (session text, t float8, ms float8, id bigint, state text, msg text);
+CREATE TABLE drawctl (stop bool);
+INSERT INTO drawctl VALUES (false);
+CREATE PROCEDURE draw_for(p_session text, p_mode text, p_seconds float8) LANGUAGE plpgsql AS $$
+DECLARE
+  t_end timestamptz := clock_timestamp() + p_seconds * interval '1 second';
+  t0 timestamptz; v bigint; st text; m text;
+BEGIN
+  WHILE clock_timestamp() < t_end AND NOT (SELECT stop FROM drawctl) LOOP
+    t0 := clock_timestamp(); v := NULL; st := NULL; m := NULL;
+    BEGIN
+      IF p_mode = 'segment' THEN v := leaf_segment_next('dn'); ELSE v := leaf_snowflake_next(); END IF;
+    EXCEPTION WHEN OTHERS THEN
+      GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, m = MESSAGE_TEXT;
+    END;
+    INSERT INTO drawlog VALUES (p_session, extract(epoch FROM t0),
+      extract(epoch FROM clock_timestamp() - t0) * 1000, v, st, m);
+    COMMIT;
+    PERFORM pg_sleep(CASE WHEN st IS NULL THEN 0.002 ELSE 0.05 END);
+  END LOOP;
+END $$;
+};
+
+# Start a drawing session (a psql in the background).
+our @running;
+sub start_drawing
+{
+	my ($node, $session, $mode) = @_;
+	my ($out, $err) = ('', '');
+	my $h = IPC::Run::start(
+		[ 'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres'),
+		  '-c', "CALL draw_for('$session', '$mode', 240)" ],
+		'<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout(300));
+	push @running, [ $node, $session, $h, \$err ];
+}
+
+sub stop_drawing
+{
+	my %nodes = map { $_->[0]->name => $_->[0] } @running;
+	$_->safe_psql('postgres', 'UPDATE drawctl SET stop = true') for values %nodes;
+	for my $r (@running)
+	{
+		my $ok = eval { $r->[2]->finish };
+		ok($ok, "session $r->[1] ended cleanly") or diag "${ $r->[3] } $@";
+	}
+	@running = ();
+	$_->safe_psql('postgres', 'UPDATE drawctl SET stop = false') for values %nodes;
+}
+
+# Per session, between $from and $to (epoch seconds): successes, the last
+# success, the first failure, the failures' SQLSTATEs and messages and their
+# longest wait.
+sub summary
+{
+	my ($node, $session, $from, $to) = @_;
+	my $row = $node->safe_psql(
+		'postgres', qq{
+SELECT count(id), coalesce(max(t) FILTER (WHERE id IS NOT NULL), 0),
+       coalesce(min(t) FILTER (WHERE id IS NULL), 0),
+       count(*) FILTER (WHERE id IS NULL),
+       coalesce(max(ms) FILTER (WHERE id IS NULL), 0),
+       coalesce(string_agg(DISTINCT state || ' ' || msg, ' | ') FILTER (WHERE id IS NULL), '')
+FROM drawlog WHERE session = '$session' AND t >= $from AND t < $to});
+	my @f = split /\|/, $row, 6;
+	return { ok => $f[0], last_ok => $f[1], first_err => $f[2], errors => $f[3], max_err_ms => $f[4],
+		states => $f[5] };
+}
+
+# The first success at or after $from, 0 if none.
+sub first_ok_after
+{
+	my ($node, $session, $from) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT coalesce(min(t), 0) FROM drawlog WHERE session = '$session' AND id IS NOT NULL AND t >= $from");
+}
+
 
 1;
