@@ -2,7 +2,7 @@
 //! database's slot, start the database's worker, and wait (bounded) for it.
 
 use crate::errors::raise;
-use crate::shmem::Shared;
+use crate::shmem::{Role, Shared};
 use crate::worker;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -67,26 +67,27 @@ pub fn reclaim_dropped_databases(sh: &Shared) -> bool {
     sh.reclaim_dropped_databases(database_exists)
 }
 
-/// Make sure the database's worker runs (or is starting); wake it.
-pub fn ensure_worker(sh: &Shared, db: usize) {
-    let slot = sh.db(db);
-    if slot.worker_pid.load(SeqCst) != 0 {
-        sh.wake_worker(db);
+/// Make sure the database's worker of this mode runs (or is starting);
+/// wake it.
+pub fn ensure_worker(sh: &Shared, db: usize, role: Role) {
+    let worker = sh.db(db).worker(role);
+    if worker.pid.load(SeqCst) != 0 {
+        sh.wake_worker(db, role);
         return;
     }
     let now = crate::clock::unix_ms();
     {
         let _g = sh.lock_global();
-        if slot.worker_pid.load(SeqCst) != 0 {
+        if worker.pid.load(SeqCst) != 0 {
             drop(_g);
-            sh.wake_worker(db);
+            sh.wake_worker(db, role);
             return;
         }
-        let requested = slot.worker_requested_at.load(SeqCst);
+        let requested = worker.requested_at.load(SeqCst);
         if requested != 0 && now - requested < WORKER_START_GRACE_MS {
             return;
         }
-        slot.worker_requested_at.store(now, SeqCst);
+        worker.requested_at.store(now, SeqCst);
     }
     // a worker that has just left (idle) holds its background worker slot
     // until the postmaster has reaped it: with no spare slot, try again
@@ -96,15 +97,18 @@ pub fn ensure_worker(sh: &Shared, db: usize) {
             pgrx::check_for_interrupts!();
             crate::clock::wait_on_latch(Duration::from_millis(20));
         }
-        worker::start_dynamic(my_dboid())
+        worker::start_dynamic(my_dboid(), role)
     });
     if !started {
-        slot.worker_requested_at.store(0, SeqCst);
+        worker.requested_at.store(0, SeqCst);
         raise(
             PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
-            "could not start the leaf_id background worker for this database",
+            format!(
+                "could not start the {} for this database",
+                role.backend_type()
+            ),
             Some(
-                "Each database that uses leaf_id needs one background worker: raise max_worker_processes.",
+                "Each database that uses leaf_id needs a background worker per mode it uses (segment, snowflake): raise max_worker_processes.",
             ),
         );
     }

@@ -5,7 +5,7 @@ use crate::backend::{self, Deadline};
 use crate::clock::tstz_from_unix_us;
 use crate::errors::{raise, raise_recorded, require_writable};
 use crate::segment::buffer::{MAX_TAKE, SlowPath, TakeMany};
-use crate::shmem::{Shared, TAG_MAX_CHARS, TagStatus};
+use crate::shmem::{Role, Shared, TAG_MAX_CHARS, TagStatus};
 use pgrx::prelude::*;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -108,7 +108,7 @@ fn forget(tag: &str) {
 /// Ask the worker for a refill of this slot (a flag and a latch: cheap).
 fn request_refill(sh: &Shared, db: usize, slot: usize) {
     sh.tag(slot).refill_requested.store(true, SeqCst);
-    sh.wake_worker(db);
+    sh.wake_worker(db, Role::Segment);
 }
 
 pub fn next_id(tag: &str) -> i64 {
@@ -203,7 +203,7 @@ pub fn next_ids(tag: &str, want: u64) -> (i64, i64) {
                     slot.waits.fetch_add(1, SeqCst);
                 }
                 slot.refill_requested.store(true, SeqCst);
-                backend::ensure_worker(sh, db);
+                backend::ensure_worker(sh, db, Role::Segment);
                 if deadline.passed() {
                     backend::end_wait();
                     raise(
@@ -315,7 +315,7 @@ fn leaf_id_reset_cache() {
         if slot.snowflake_state.load(SeqCst) != crate::shmem::SnowflakeState::NotRequested as u32 {
             slot.snowflake_state
                 .store(crate::shmem::SnowflakeState::Requested as u32, SeqCst);
-            sh.wake_worker(db);
+            sh.wake_worker(db, crate::shmem::Role::Snowflake);
         }
     }
 }

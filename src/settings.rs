@@ -70,8 +70,8 @@ pub fn register(preloading: bool) {
     );
     GucRegistry::define_int_guc(
         c"leaf_id.worker_idle_timeout",
-        c"How long a database's background worker stays without work before it leaves the database; 0 = it never leaves.",
-        c"Idle means no ID of either mode drawn, no refill and no claim asked for. Leaving closes the snowflake generator as a clean shutdown does; the next call that needs the worker starts it again. While it is connected, DROP DATABASE (without FORCE), CREATE DATABASE ... TEMPLATE and ALTER DATABASE ... RENAME of its database fail.",
+        c"How long a database's background worker (one per mode: segment, snowflake) stays without work before it leaves the database; 0 = it never leaves.",
+        c"Idle means no ID of its mode drawn and no refill, claim or renewal asked for. The snowflake worker's leaving closes the generator as a clean shutdown does; the segment worker's drops the cached segments (gaps). The next call that needs a worker starts it again. While it is connected, DROP DATABASE (without FORCE), CREATE DATABASE ... TEMPLATE and ALTER DATABASE ... RENAME of its database fail.",
         &WORKER_IDLE_TIMEOUT,
         0,
         i32::MAX,

@@ -66,15 +66,57 @@ pub enum SnowflakeState {
     Failed = 3,
 }
 
-/// One database that uses leaf_id: its worker and its snowflake generator.
+/// The two background workers of a database, one per mode: a snowflake
+/// renewal must not wait behind a refill (on Citus, a refill can hang on a
+/// node that stops answering; the renewals need only a majority).
+#[repr(usize)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Role {
+    Segment = 0,
+    Snowflake = 1,
+}
+
+impl Role {
+    pub const ALL: [Role; 2] = [Role::Segment, Role::Snowflake];
+    pub fn from_index(i: usize) -> Role {
+        if i == Role::Snowflake as usize {
+            Role::Snowflake
+        } else {
+            Role::Segment
+        }
+    }
+    /// The process's `backend_type` in pg_stat_activity.
+    pub fn backend_type(self) -> &'static str {
+        match self {
+            Role::Segment => "leaf_id segment worker",
+            Role::Snowflake => "leaf_id snowflake worker",
+        }
+    }
+}
+
+/// One background worker of a database.
+#[repr(C)]
+pub struct WorkerSlot {
+    pub pid: AtomicI32,
+    pub latch: AtomicPtr<pg_sys::Latch>,
+    /// Unix ms when a backend registered a worker that has not attached yet.
+    pub requested_at: AtomicI64,
+}
+
+impl WorkerSlot {
+    fn clear(&self) {
+        self.pid.store(0, SeqCst);
+        self.latch.store(std::ptr::null_mut(), SeqCst);
+        self.requested_at.store(0, SeqCst);
+    }
+}
+
+/// One database that uses leaf_id: its workers and its snowflake generator.
 #[repr(C)]
 pub struct DbSlot {
     /// 0 = free
     pub dboid: AtomicU32,
-    pub worker_pid: AtomicI32,
-    pub worker_latch: AtomicPtr<pg_sys::Latch>,
-    /// Unix ms when a backend registered a worker that has not attached yet.
-    pub worker_requested_at: AtomicI64,
+    workers: [WorkerSlot; 2],
     /// Woken on every refill, claim and renewal.
     pub cv: UnsafeCell<pg_sys::ConditionVariable>,
     pub snowflake_state: AtomicU32,
@@ -145,6 +187,13 @@ pub struct TagSlot {
 }
 
 impl DbSlot {
+    pub fn worker(&self, role: Role) -> &WorkerSlot {
+        &self.workers[role as usize]
+    }
+    /// Does any of the database's workers run (or hold its slot)?
+    pub fn any_worker(&self) -> bool {
+        self.workers.iter().any(|w| w.pid.load(SeqCst) != 0)
+    }
     pub fn set_node_name(&self, name: &str) {
         let bytes = truncate_utf8(name, 256);
         unsafe { (&mut *self.node_name.get())[..bytes.len()].copy_from_slice(bytes) };
@@ -434,9 +483,7 @@ impl Shared {
         }
         let i = (0..self.n_dbs).find(|&i| self.db(i).dboid.load(SeqCst) == 0)?;
         let db = self.db(i);
-        db.worker_pid.store(0, SeqCst);
-        db.worker_latch.store(std::ptr::null_mut(), SeqCst);
-        db.worker_requested_at.store(0, SeqCst);
+        db.workers.iter().for_each(WorkerSlot::clear);
         db.snowflake_state
             .store(SnowflakeState::NotRequested as u32, SeqCst);
         db.worker_id.store(-1, SeqCst);
@@ -509,12 +556,12 @@ impl Shared {
         for d in 0..self.n_dbs {
             let db = self.db(d);
             let dboid = db.dboid.load(SeqCst);
-            if dboid == 0 || db.worker_pid.load(SeqCst) != 0 || exists(dboid) {
+            if dboid == 0 || db.any_worker() || exists(dboid) {
                 continue;
             }
             self.free_tags_of(dboid);
             let _g = self.lock_global();
-            if db.dboid.load(SeqCst) == dboid && db.worker_pid.load(SeqCst) == 0 {
+            if db.dboid.load(SeqCst) == dboid && !db.any_worker() {
                 db.dboid.store(0, SeqCst);
                 reclaimed = true;
             }
@@ -593,9 +640,9 @@ impl Shared {
         !dropped.is_empty()
     }
 
-    /// Wake the database's worker, if it runs.
-    pub fn wake_worker(&self, db: usize) {
-        let latch = self.db(db).worker_latch.load(SeqCst);
+    /// Wake the database's worker of this mode, if it runs.
+    pub fn wake_worker(&self, db: usize, role: Role) {
+        let latch = self.db(db).worker(role).latch.load(SeqCst);
         if !latch.is_null() {
             unsafe { pg_sys::SetLatch(latch) };
         }

@@ -4,7 +4,7 @@ use crate::backend::{self, Deadline};
 use crate::clock::{clock_ms, tstz_from_unix_ms, tstz_from_unix_ms_any, unix_ms_from_tstz};
 use crate::errors::{raise, raise_recorded, require_writable};
 use crate::settings;
-use crate::shmem::SnowflakeState;
+use crate::shmem::{Role, SnowflakeState};
 use crate::snowflake::generator::{Clock, Config, Refusal};
 use crate::snowflake::layout::{self, MAX_TIMESTAMP};
 use pgrx::prelude::*;
@@ -124,7 +124,7 @@ fn next_ids(want: i64) -> (i64, i64) {
             slot.snowflake_state
                 .store(SnowflakeState::Requested as u32, SeqCst);
         }
-        backend::ensure_worker(sh, db);
+        backend::ensure_worker(sh, db, Role::Snowflake);
         if deadline.passed() {
             backend::end_wait();
             raise(

@@ -149,11 +149,13 @@ pub fn citus_connect_timeout_ms() -> i64 {
 }
 
 /// On Citus, a node that hangs instead of refusing connections (a network
-/// partition, a stopped server) would hold a refill on a cached connection
-/// for as long as TCP lets it, and with it every other job of the worker
-/// (the snowflake renewals). So the worker keeps no connections between
-/// transactions (a new connection cannot hang longer than the connect
-/// timeout) and connects with a short timeout.
+/// partition, a stopped server) would hold a statement on a cached
+/// connection for as long as TCP lets it: the worker's next jobs, and, for a
+/// refill, through Citus' lock on the shard, every other node's refills. So
+/// the workers keep no connections between transactions (a new connection
+/// cannot hang longer than the connect timeout) and connect with a short
+/// timeout. (A statement already running on a node at the instant it hangs
+/// still waits: that is why renewals have a worker of their own.)
 fn bound_citus_waits() {
     let defined =
         |name: &CStr| unsafe { !pg_sys::GetConfigOption(name.as_ptr(), true, false).is_null() };

@@ -1,9 +1,12 @@
-//! The per-database background worker: every refill, worker-id claim and
-//! high-water-mark renewal runs here, each in its own transaction with
+//! The per-database background workers: every refill, worker-id claim and
+//! high-water-mark renewal runs in one, each in its own transaction with
 //! synchronous_commit on, never in a caller's transaction.
 //!
-//! Started on demand by the first backend of a database that needs it (a
-//! dynamic background worker), one per database; it exits when leaf_id is
+//! Two per database, one per mode (`Role`): the segment worker refills, the
+//! snowflake worker claims and renews, so that a refill that waits (a lock,
+//! a Citus node that hangs) never holds back a lease renewal. Each is
+//! started on demand by the first backend of a database that needs it (a
+//! dynamic background worker); it exits when leaf_id is
 //! dropped from the database, and leaves the database after
 //! `leaf_id.worker_idle_timeout` without work (a connected worker blocks
 //! DROP DATABASE, CREATE DATABASE ... TEMPLATE and ALTER DATABASE ...
@@ -13,7 +16,7 @@
 //! `transaction`.
 
 use crate::segment_worker::SegmentJobs;
-use crate::shmem::{Shared, SnowflakeState, shared};
+use crate::shmem::{Role, Shared, SnowflakeState, shared};
 use crate::snowflake_worker::SnowflakeJobs;
 use crate::transaction::{self, EXTENSION_GONE, JobError, in_transaction};
 use pgrx::bgworkers::{
@@ -24,14 +27,25 @@ use pgrx::prelude::*;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
-/// Register a dynamic background worker for the database. False if Postgres
-/// has no free worker slot.
-pub fn start_dynamic(dboid: u32) -> bool {
-    BackgroundWorkerBuilder::new(&format!("leaf_id worker for database {dboid}"))
-        .set_type("leaf_id worker")
+/// The worker's argument: its database (an OID or a slot index) and its
+/// mode, in one Datum.
+fn pack(what: u32, role: Role) -> pg_sys::Datum {
+    pg_sys::Datum::from((what as u64) | ((role as u64) << 32))
+}
+
+fn unpack(arg: pg_sys::Datum) -> (u32, Role) {
+    let v = arg.value() as u64;
+    (v as u32, Role::from_index((v >> 32) as usize))
+}
+
+/// Register a dynamic background worker of this mode for the database.
+/// False if Postgres has no free worker slot.
+pub fn start_dynamic(dboid: u32, role: Role) -> bool {
+    BackgroundWorkerBuilder::new(&format!("{} for database {dboid}", role.backend_type()))
+        .set_type(role.backend_type())
         .set_library("leaf_id")
         .set_function("leaf_id_worker_main")
-        .set_argument(Some(pg_sys::Datum::from(dboid)))
+        .set_argument(Some(pack(dboid, role)))
         .enable_spi_access()
         .set_start_time(BgWorkerStartTime::RecoveryFinished)
         .set_restart_time(None)
@@ -45,6 +59,7 @@ pub struct WorkerContext {
     pub sh: &'static Shared,
     pub db: usize,
     pub dboid: u32,
+    pub role: Role,
     extension_gone: bool,
     /// a job left work for the next round (no sleep before it)
     pub more_work: bool,
@@ -75,34 +90,42 @@ unsafe extern "C-unwind" {
 
 #[pg_guard]
 unsafe extern "C-unwind" fn detach(_code: i32, arg: pg_sys::Datum) {
+    let (db_index, role) = unpack(arg);
+    let db_index = db_index as usize;
     if let Some(sh) = shared() {
         // an error exit may hold LWLocks; ours are needed below
         unsafe { pg_sys::LWLockReleaseAll() };
-        let db = sh.db(arg.value());
-        // no renewals without a worker: nothing more is issued, and the next
-        // worker claims again
-        db.generator.close(crate::snowflake_api::epoch());
-        if db.snowflake_state.load(SeqCst) == SnowflakeState::Ready as u32 {
-            db.snowflake_state
-                .store(SnowflakeState::NotRequested as u32, SeqCst);
+        let db = sh.db(db_index);
+        match role {
+            Role::Snowflake => {
+                // no renewals without a worker: nothing more is issued, and
+                // the next worker claims again
+                db.generator.close(crate::snowflake_api::epoch());
+                if db.snowflake_state.load(SeqCst) == SnowflakeState::Ready as u32 {
+                    db.snowflake_state
+                        .store(SnowflakeState::NotRequested as u32, SeqCst);
+                }
+            }
+            // give the database's tag slots back (idle exit, or DROP
+            // DATABASE ... WITH (FORCE) ends the worker): cached ranges
+            // become gaps, the next worker refills. Kept ranges could
+            // outlive the database: a later database with its OID would
+            // take them
+            Role::Segment => sh.free_tags_of(db.dboid.load(SeqCst)),
         }
-        // give the database's tag slots back (idle exit, or DROP DATABASE
-        // ... WITH (FORCE) ends the worker): cached ranges become gaps, the
-        // next worker refills. Kept ranges could outlive the database: a
-        // later database with its OID would take them
-        sh.free_tags_of(db.dboid.load(SeqCst));
         // last: a backend starts the next worker only once the pid is 0, and
         // that worker must not meet any of the teardown above
-        db.worker_latch.store(std::ptr::null_mut(), SeqCst);
-        db.worker_pid.store(0, SeqCst);
-        sh.broadcast(arg.value());
+        let me = db.worker(role);
+        me.latch.store(std::ptr::null_mut(), SeqCst);
+        me.pid.store(0, SeqCst);
+        sh.broadcast(db_index);
     }
 }
 
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
-    let dboid = arg.value() as u32;
+    let (dboid, role) = unpack(arg);
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP);
     unsafe {
         // SIGTERM as for a backend: sets ProcDiePending, so a wait for a
@@ -114,54 +137,69 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
     let Some(db) = sh.db_slot(dboid) else { return };
     {
         let _g = sh.lock_global();
-        let slot = sh.db(db);
-        if slot.worker_pid.load(SeqCst) != 0 {
-            return; // another worker serves this database
+        let me = sh.db(db).worker(role);
+        if me.pid.load(SeqCst) != 0 {
+            return; // another worker serves this database in this mode
         }
-        slot.worker_pid.store(unsafe { pg_sys::MyProcPid }, SeqCst);
-        slot.worker_latch.store(unsafe { pg_sys::MyLatch }, SeqCst);
-        slot.worker_requested_at.store(0, SeqCst);
+        me.pid.store(unsafe { pg_sys::MyProcPid }, SeqCst);
+        me.latch.store(unsafe { pg_sys::MyLatch }, SeqCst);
+        me.requested_at.store(0, SeqCst);
     }
-    unsafe { pg_sys::on_shmem_exit(Some(detach), pg_sys::Datum::from(db)) };
+    unsafe { pg_sys::on_shmem_exit(Some(detach), pack(db as u32, role)) };
     transaction::harden_session();
-    // ranges cached by an earlier worker of this database are dropped (gaps):
-    // the table they came from may have been dropped and recreated since
-    sh.free_tags_of(dboid);
     let slot = sh.db(db);
-    if slot.snowflake_state.load(SeqCst) != SnowflakeState::NotRequested as u32 {
-        slot.snowflake_state
-            .store(SnowflakeState::Requested as u32, SeqCst);
+    match role {
+        // ranges cached by an earlier worker of this database are dropped
+        // (gaps): the table they came from may have been dropped and
+        // recreated since
+        Role::Segment => sh.free_tags_of(dboid),
+        Role::Snowflake => {
+            if slot.snowflake_state.load(SeqCst) != SnowflakeState::NotRequested as u32 {
+                slot.snowflake_state
+                    .store(SnowflakeState::Requested as u32, SeqCst);
+            }
+        }
     }
-    pgrx::log!("leaf_id worker started for database {}", dboid);
+    pgrx::log!("{} started for database {}", role.backend_type(), dboid);
 
     let mut ctx = WorkerContext {
         sh,
         db,
         dboid,
+        role,
         extension_gone: false,
         more_work: false,
     };
-    let mut segments = SegmentJobs::new();
-    let mut snowflake = SnowflakeJobs::new();
+    let mut jobs = match role {
+        Role::Segment => Jobs::Segment(SegmentJobs::new()),
+        Role::Snowflake => Jobs::Snowflake(SnowflakeJobs::new()),
+    };
     let mut last_check = Instant::now();
     let mut idle = Idle::new();
     loop {
         if ctx.stopping() {
-            close_for_exit(db);
+            close_for_exit(&ctx);
             break;
         }
         if BackgroundWorker::sighup_received() {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
             transaction::harden_session();
-            snowflake.settings_reloaded(&ctx);
+            if let Jobs::Snowflake(snowflake) = &mut jobs {
+                snowflake.settings_reloaded(&ctx);
+            }
         }
-        // the renewal first: refills that cannot finish (a Citus node that
-        // hangs) must not push it past the lease
-        snowflake.run(&mut ctx);
-        segments.run(
-            &mut ctx,
-            Duration::from_millis(crate::settings::HEARTBEAT_INTERVAL.get() as u64 / 2),
-        );
+        let due = match &mut jobs {
+            Jobs::Segment(segments) => {
+                // a bounded round: the loop looks at a terminate, a reload
+                // and the extension between rounds
+                segments.run(&mut ctx, ROUND_BUDGET);
+                segments.next_due()
+            }
+            Jobs::Snowflake(snowflake) => {
+                snowflake.run(&mut ctx);
+                snowflake.timeout(&ctx)
+            }
+        };
         if last_check.elapsed() >= Duration::from_secs(1) {
             last_check = Instant::now();
             if let Err(e) = in_transaction(|_| Ok(())) {
@@ -170,26 +208,30 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
         }
         if ctx.extension_gone {
             pgrx::log!(
-                "leaf_id worker for database {} exits: the extension is not installed",
+                "{} for database {} exits: the extension is not installed",
+                role.backend_type(),
                 dboid
             );
-            sh.free_tags_of(dboid);
+            if role == Role::Segment {
+                sh.free_tags_of(dboid);
+            }
             break;
         }
         let idle_left = idle.left(&ctx);
         if idle_left == Some(Duration::ZERO) {
             pgrx::log!(
-                "leaf_id worker for database {} leaves it: idle for leaf_id.worker_idle_timeout ({} ms)",
+                "{} for database {} leaves it: idle for leaf_id.worker_idle_timeout ({} ms)",
+                role.backend_type(),
                 dboid,
                 crate::settings::WORKER_IDLE_TIMEOUT.get()
             );
             // as on a clean shutdown; calls meanwhile (a closed generator, a
             // refill request) find no worker once it has gone and start the
             // next one; the cached ranges become gaps (`detach`)
-            close_for_exit(db);
+            close_for_exit(&ctx);
             break;
         }
-        let timeout = [segments.next_due(), snowflake.timeout(&ctx), idle_left]
+        let timeout = [due, idle_left]
             .into_iter()
             .flatten()
             .fold(Duration::from_millis(1000), Duration::min)
@@ -206,13 +248,24 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
     }
 }
 
+/// How long the segment worker goes on starting refills in one round.
+const ROUND_BUDGET: Duration = Duration::from_millis(500);
+
+/// A worker's jobs: those of its mode.
+enum Jobs {
+    Segment(SegmentJobs),
+    Snowflake(SnowflakeJobs),
+}
+
 /// Before a clean exit (SIGTERM, or idle): close the snowflake generator and
 /// persist its exact last millisecond. No more interrupts: the last mark is
 /// written, and a wait for a synchronous standby ends at once
 /// (ProcDiePending).
-fn close_for_exit(db: usize) {
-    unsafe { pg_sys::InterruptHoldoffCount += 1 };
-    crate::snowflake_worker::close_and_persist(db);
+fn close_for_exit(ctx: &WorkerContext) {
+    if ctx.role == Role::Snowflake {
+        unsafe { pg_sys::InterruptHoldoffCount += 1 };
+        crate::snowflake_worker::close_and_persist(ctx.db);
+    }
 }
 
 /// Is the worker idle: nothing drawn, refilled, claimed or asked for during
@@ -231,12 +284,15 @@ impl Idle {
         }
     }
 
-    /// What the database's callers and jobs have done: the snowflake
-    /// generator's word (every ID, close, reopen) and every tag slot's
-    /// epoch and segment words (every take, refill, switch, free).
+    /// What the database's callers and jobs of the worker's mode have done:
+    /// the snowflake generator's word (every ID, close, reopen), or every
+    /// tag slot's epoch and segment words (every take, refill, switch, free).
     fn usage(ctx: &WorkerContext) -> Vec<u64> {
         let sh = ctx.sh;
-        let mut v = vec![sh.db(ctx.db).generator.state_word()];
+        if ctx.role == Role::Snowflake {
+            return vec![sh.db(ctx.db).generator.state_word()];
+        }
+        let mut v = Vec::new();
         for i in 0..sh.n_tags() {
             let slot = sh.tag(i);
             if slot.dboid.load(SeqCst) == ctx.dboid {
@@ -248,19 +304,21 @@ impl Idle {
         v
     }
 
-    /// Work asked for: a refill, a lease renewal or a claim. A caller that
+    /// Work asked for: a lease renewal or a claim, or a refill. A caller that
     /// waits on the worker asks again on every round of its wait (a tag whose
     /// first refill keeps failing, with nobody asking, does not keep it).
     fn wanted(ctx: &WorkerContext) -> bool {
         let sh = ctx.sh;
         let slot = sh.db(ctx.db);
-        slot.snowflake_lease_wanted.load(SeqCst)
-            || slot.snowflake_state.load(SeqCst) == SnowflakeState::Requested as u32
-            || (0..sh.n_tags()).any(|i| {
-                let t = sh.tag(i);
-                t.dboid.load(SeqCst) == ctx.dboid
-                    && (t.refill_requested.load(SeqCst) || t.refill_in_flight.load(SeqCst))
-            })
+        if ctx.role == Role::Snowflake {
+            return slot.snowflake_lease_wanted.load(SeqCst)
+                || slot.snowflake_state.load(SeqCst) == SnowflakeState::Requested as u32;
+        }
+        (0..sh.n_tags()).any(|i| {
+            let t = sh.tag(i);
+            t.dboid.load(SeqCst) == ctx.dboid
+                && (t.refill_requested.load(SeqCst) || t.refill_in_flight.load(SeqCst))
+        })
     }
 
     /// How long until the worker may leave: None = never (timeout 0),

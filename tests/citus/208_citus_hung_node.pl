@@ -3,11 +3,15 @@
 # Every process of worker2 is stopped (SIGSTOP): its port accepts TCP
 # connections but nothing answers, as across a partition, where Citus waits
 # (citus.node_connection_timeout, 30 s by default) instead of being refused.
-# Under load on the coordinator and worker1 (one session per mode per node;
-# segment traffic from the stop on, see below):
-#  - snowflake goes on with no refusal: each renewal writes the copies of
-#    leaf_worker one by one on new connections, bounded by a timeout, and a
-#    majority (the node's own and the other survivor's) is enough;
+# At that instant a refill of the coordinator is running on worker2 (a
+# session there holds the row it updates): it waits for worker2 (Citus
+# cancels with a blocking PQcancel) and, through Citus' lock on the shard,
+# holds the other nodes' refills too. Under load on the coordinator and
+# worker1 (one session per mode per node, across the stop):
+#  - snowflake goes on with no refusal: renewals run in a worker of their
+#    own, not behind the stuck refill; each writes the copies of leaf_worker
+#    one by one on new connections, bounded by a timeout, and a majority
+#    (the node's own and the other survivor's) is enough;
 #  - segment: a refill needs every copy of leaf_alloc and cannot finish;
 #    once the cached segments are used, every call fails within
 #    leaf_id.refill_timeout (3 s here) with a clear SQLSTATE;
@@ -25,7 +29,7 @@ use Test::More;
 use IPC::Run;
 use Time::HiRes qw(time usleep);
 use CitusTap;
-use SegmentTap qw(try_sql);
+use SegmentTap qw(try_sql session session_query start_client finish_clients client_ids wait_until);
 
 my ($coord, $w1, $w2) = citus_cluster(conf => "leaf_id.refill_timeout = 3000\nleaf_id.max_step = 100\n");
 $coord->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) VALUES ('dn', 10)});
@@ -35,15 +39,29 @@ my $w2port = $w2->port;
 $_->safe_psql('postgres', DRAWLOG_SQL) for ($coord, $w1, $w2);
 
 my @survivors = ([ $coord, 'coord' ], [ $w1, 'w1' ]);
-start_drawing($_->[0], "$_->[1]_snow", 'snowflake') for @survivors;
-# Segment traffic starts only once worker2 hangs. A refill that is running
-# on worker2 at the instant it stops waits for it (Citus cancels with a
-# blocking PQcancel), and holds its worker, so that node's snowflake
-# renewals too, and through Citus' shard lock the other nodes' refills (a
-# run with segment traffic across the instant of the stop showed it; see
-# the README). Here the caches are warmed and their prefetches done first.
 $_->[0]->safe_psql('postgres', q{SELECT count(leaf_segment_next('dn')) FROM generate_series(1, 30)}) for @survivors;
-sleep 3;
+start_drawing($_->[0], "$_->[1]_snow", 'snowflake') for @survivors;
+start_drawing($_->[0], "$_->[1]_seg", 'segment') for @survivors;
+sleep 2;
+
+# --- a refill of the coordinator waits on worker2 --------------------------------
+$coord->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) VALUES ('inflight', 10)});
+my $shard = $w2->safe_psql('postgres',
+	q{SELECT shard_name('leaf_alloc'::regclass, shardid) FROM pg_dist_shard WHERE logicalrelid = 'leaf_alloc'::regclass});
+my $holder = session($w2, 'postgres');
+my (undef, $herr) = session_query($holder,
+	"BEGIN; SET LOCAL citus.enable_manual_changes_to_shards = on; UPDATE $shard SET step = step WHERE biz_tag = 'inflight';");
+is($herr, '', "premise: a session on worker2 holds the row 'inflight' of its copy ($shard)");
+my $inflight = start_client($coord, 'postgres', 'inflight',
+	"\\set VERBOSITY verbose\nSET leaf_id.refill_timeout = 3000;\nSELECT leaf_segment_next('inflight');\n");
+ok( wait_until(
+		20,
+		sub {
+			$w2->safe_psql('postgres',
+				"SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%leaf_alloc%'"
+			) ne '0';
+		}),
+	"premise: the coordinator's refill of 'inflight' waits on worker2");
 
 # --- worker2 hangs ---------------------------------------------------------------
 my $pid = $w2->{_pid};
@@ -51,7 +69,6 @@ my @pids = ($pid, map { /(\d+)/ ? $1 : () } split /\n/, `ps -o pid= --ppid $pid`
 cmp_ok(scalar @pids, '>', 1, 'premise: worker2\'s postmaster and its children are found');
 my $t_stop = time;
 kill 'STOP', @pids;
-start_drawing($_->[0], "$_->[1]_seg", 'segment') for @survivors;
 sleep 12;
 my $t_after = time;
 for my $s (@survivors)
@@ -77,9 +94,16 @@ for my $s (@survivors)
 	}
 }
 
+finish_clients(30, $inflight);
+like(slurp_file($inflight->{err}), qr/55P03/,
+	"the call waiting for the refill that hangs on worker2 is refused with 55P03 (refill_timeout)");
+is(scalar(client_ids($inflight)), 0, '... and gets no ID');
+
 # --- worker2 goes on ---------------------------------------------------------
 kill 'CONT', @pids;
 my $t_cont = time;
+session_query($holder, 'ROLLBACK');
+$holder->quit;
 for my $s (@survivors)
 {
 	for my $mode ('seg', 'snow')

@@ -43,8 +43,8 @@ ok($max1 > 200 && $max1 < $BIG, "database 1: max_id $max1 moved by its own refil
 ok($max2 > $BIG + 199, "database 2: max_id $max2 moved by its own refills");
 
 my $workers = $node->safe_psql('postgres',
-	"SELECT count(DISTINCT datname) FROM pg_stat_activity WHERE backend_type = 'leaf_id worker'");
-is($workers, '2', 'one leaf_id worker per database');
+	"SELECT count(DISTINCT datname) FROM pg_stat_activity WHERE backend_type = 'leaf_id segment worker'");
+is($workers, '2', 'one leaf_id segment worker per database');
 
 my @st1 = split /\|/, $node->safe_psql('postgres',
 	"SELECT tag, buffer0_start, buffer1_start FROM leaf_segment_status");

@@ -47,7 +47,7 @@ for my $i (1 .. 2)
 # disturb the worker while the clients run
 my $worker_pid = sub {
 	$node->safe_psql('postgres',
-		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'leaf_id worker' AND datname = 'postgres'"
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'leaf_id segment worker' AND datname = 'postgres'"
 	);
 };
 my $terminated = 0;

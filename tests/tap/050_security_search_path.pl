@@ -105,7 +105,7 @@ ALTER DATABASE postgres SET session_replication_role = 'replica';
 my $safe = 'SET default_transaction_read_only = off; SET statement_timeout = 0; '
   . 'SET session_replication_role = origin; SET search_path = pg_catalog; ';
 $node->safe_psql('postgres', $safe
-	. "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'leaf_id worker'");
+	. "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type LIKE 'leaf_id % worker'");
 $node->safe_psql('postgres',
 	$safe . "INSERT INTO public.leaf_alloc (biz_tag, step) VALUES ('sec_c', 10)");
 my $r2 = try_sql(

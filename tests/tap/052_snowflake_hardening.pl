@@ -28,7 +28,7 @@ my $now_ms = q{(extract(epoch FROM clock_timestamp()) * 1000)::bigint};
 sub worker_pid
 {
 	return $node->safe_psql('postgres',
-		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'leaf_id worker'");
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'leaf_id snowflake worker'");
 }
 
 sub terminate_worker

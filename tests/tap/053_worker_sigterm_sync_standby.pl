@@ -35,12 +35,12 @@ ok( wait_until(
 		30,
 		sub {
 			$node->safe_psql('postgres',
-				"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'leaf_id worker' AND wait_event = 'SyncRep'"
+				"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'leaf_id segment worker' AND wait_event = 'SyncRep'"
 			) eq '1';
 		}),
 	'the worker waits for the standby with the first range of "cancelled"');
 $node->safe_psql('postgres',
-	"SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE backend_type = 'leaf_id worker'");
+	"SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE backend_type = 'leaf_id segment worker'");
 ok( $node->wait_for_log(qr/wait for the synchronous standby was cancelled: its commit is not used/),
 	'the worker does not use the cancelled commit');
 my $reserved = $node->safe_psql('postgres',
@@ -73,7 +73,7 @@ ok( wait_until(
   or diag $r->{out} . $r->{err};
 is($r->{out}, '', 'no ID handed out');
 my $waiting = $node->safe_psql('postgres',
-	"SELECT wait_event FROM pg_stat_activity WHERE backend_type = 'leaf_id worker'");
+	"SELECT wait_event FROM pg_stat_activity WHERE backend_type = 'leaf_id segment worker'");
 is($waiting, 'SyncRep', 'premise: the worker waits for the synchronous standby');
 
 

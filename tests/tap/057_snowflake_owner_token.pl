@@ -109,7 +109,7 @@ ok($node->log_contains(qr/took snowflake worker id 0 of node .* back from owner 
 # make this server's generator let go cleanly (its worker exits), then the
 # "other server" holds the row and renews it every 300 ms for 8 s
 my $wpid = $node->safe_psql('postgres',
-	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'leaf_id worker'");
+	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'leaf_id snowflake worker'");
 $node->safe_psql('postgres', "SELECT pg_terminate_backend($wpid)");
 ok(wait_until(20, sub { row('owner_token IS NULL') eq 't' }), 'premise: the worker let go of the row');
 my $other = $node->background_psql('postgres');

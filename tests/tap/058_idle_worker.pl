@@ -105,7 +105,7 @@ is(sf_worker_ids('app', 'before'), $wid, "app issues snowflake IDs with worker i
 ok(worker_pid($node, 'app') ne '', 'the worker runs after the calls');
 my $lease = one('app', "SELECT last_timestamp FROM leaf_worker WHERE worker_id = $wid");
 ok(worker_gone('app'), 'idle for leaf_id.worker_idle_timeout, the worker leaves the database');
-ok($node->log_contains(qr/leaf_id worker for database \d+ leaves it: idle/),
+ok($node->log_contains(qr/leaf_id \w+ worker for database \d+ leaves it: idle/),
 	'the server log says why');
 
 # it closed the generator as a clean shutdown does: the exact last millisecond
@@ -184,8 +184,8 @@ for my $i (1 .. 24)
 {
 	$sql .=
 	    "WITH a AS MATERIALIZED (SELECT leaf_segment_next('t') s, leaf_snowflake_next() f) "
-	  . "SELECT s || ' ' || f || ' ' || coalesce((SELECT pid FROM pg_stat_activity "
-	  . "WHERE backend_type = 'leaf_id worker' AND datname = current_database()), 0) FROM a;\n"
+	  . "SELECT s || ' ' || f || ' ' || coalesce((SELECT string_agg(pid::text, ',' ORDER BY pid) FROM pg_stat_activity "
+	  . "WHERE backend_type LIKE 'leaf_id % worker' AND datname = current_database()), '0') FROM a;\n"
 	  . "DO \$\$ BEGIN PERFORM pg_sleep(0.95 + random() * 0.65); END \$\$;\n";
 }
 my $c = start_client($node, 'app_copy', 'around', $sql);
@@ -237,13 +237,14 @@ is($r->{ret}, 0, 'and DROP DATABASE works') or diag $r->{err};
 
 $node->stop;
 
-# --- one background worker slot in all: the worker that left gives its slot
-# to the next one (a call right after it left may find the slot not yet
-# given back by the postmaster, and tries again for a moment)
+# --- one background worker slot per mode in all (two: segment, snowflake):
+# the worker that left gives its slot to the next one (a call right after it
+# left may find the slot not yet given back by the postmaster, and tries
+# again for a moment)
 my $tight = leaf_node(
 	'idle_worker_one_slot', q{
 leaf_id.worker_idle_timeout = 300
-max_worker_processes = 1
+max_worker_processes = 2
 max_parallel_workers = 0
 max_logical_replication_workers = 0
 log_min_messages = log
@@ -261,31 +262,31 @@ for my $i (1 .. 20)
 }
 $c = start_client($tight, 'postgres', 'one_slot', $sql);
 finish_clients(120, $c);
-is($c->{rc}, 0, 'one worker slot: every call around the idle deadline succeeded')
+is($c->{rc}, 0, 'one worker slot per mode: every call around the idle deadline succeeded')
   or diag $c->{stderr};
 my @pairs = split /\n/, slurp_file($c->{out});
-is(scalar @pairs, 20, 'one worker slot: all 20 calls returned IDs');
+is(scalar @pairs, 20, 'one worker slot per mode: all 20 calls returned IDs');
 is_deeply([ duplicates(map { (split / /)[0] } @pairs) ], [],
-	'one worker slot: no segment ID twice');
+	'one worker slot per mode: no segment ID twice');
 is_deeply([ duplicates(map { (split / /)[1] } @pairs) ], [],
-	'one worker slot: no snowflake ID twice');
-my $starts = () = slurp_file($tight->logfile) =~ /leaf_id worker started/g;
-cmp_ok($starts, '>=', 4, "one worker slot: the worker was started $starts times");
+	'one worker slot per mode: no snowflake ID twice');
+my $starts = () = slurp_file($tight->logfile) =~ /leaf_id \w+ worker started/g;
+cmp_ok($starts, '>=', 4, "one worker slot per mode: the worker was started $starts times");
 
 # a call that waits for the worker at the moment it leaves: a session holds
 # leaf_worker's row lock, so the leaving worker, its generator already
 # closed, waits to write its last millisecond; a snowflake call meanwhile
 # finds the generator closed and waits. The lock goes, the worker writes and
-# leaves, and the waiting call is served by the next worker, in the one
-# worker slot the leaving one gives back. (No heartbeat in between: 60 s.)
+# leaves, and the waiting call is served by the next snowflake worker. (No
+# heartbeat in between: 60 s.)
 $tight->safe_psql('postgres',
 	'ALTER SYSTEM SET leaf_id.worker_idle_timeout = 3000; SELECT pg_reload_conf()');
 my $worker_state = sub {
 	$tight->safe_psql('postgres',
-		"SELECT wait_event_type FROM pg_stat_activity WHERE backend_type = 'leaf_id worker'");
+		"SELECT wait_event_type FROM pg_stat_activity WHERE backend_type = 'leaf_id snowflake worker'");
 };
 ok(wait_until(20, sub { worker_pid($tight, 'postgres') eq '' }),
-	'one worker slot: the worker left after the calls');
+	'one worker slot per mode: the worker left after the calls');
 my $before = $tight->safe_psql('postgres',
 	'SELECT max(leaf_snowflake_next()) FROM generate_series(1, 10)');
 my $locker = session($tight, 'postgres');

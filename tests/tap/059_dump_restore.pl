@@ -182,9 +182,9 @@ is( $src->safe_psql('app_copy', "SELECT node_name FROM leaf_worker WHERE worker_
 # the documented step still works: a node name of its own for the copy
 $src->safe_psql('postgres',
 	q{ALTER DATABASE app_copy SET leaf_id.node_name = 'dump_source:app_copy'});
-my $pid = worker_pid($src, 'app_copy');
+my $pid = worker_pid($src, 'app_copy', 'snowflake');
 $src->safe_psql('postgres', "SELECT pg_terminate_backend($pid)") if $pid ne '';
-ok(wait_until(20, sub { worker_pid($src, 'app_copy') ne $pid || $pid eq '' }),
+ok(wait_until(20, sub { worker_pid($src, 'app_copy', 'snowflake') ne $pid || $pid eq '' }),
 	'the copy\'s worker exited (it starts again with the new node name)');
 $r = wait_for_number($src, 'app_copy',
 	'SET leaf_id.refill_timeout = 5000; SELECT leaf_snowflake_next()', 20);

@@ -41,7 +41,7 @@ cmp_ok($min_new, '>', $max_old, 'every new ID is above every ID before the resta
 my $max_mid = $node->safe_psql('postgres',
 	'SELECT max(leaf_snowflake_next()) FROM generate_series(1, 10000)');
 $node->safe_psql('postgres',
-	"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'leaf_id worker'");
+	"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'leaf_id snowflake worker'");
 $r = try_sql($node, 'postgres', 'SELECT min(leaf_snowflake_next()) FROM generate_series(1, 1000)');
 ok(!$r->{sqlstate}, 'after the worker was terminated, the next worker reopens the generator')
   or diag $r->{err};

@@ -53,7 +53,7 @@ my @all_received;
 
 my @targets = (
 	[ 'client backend (autocommit INSERT)', sub { backend_pid($node, 'postgres', "r$_[0]_ins1") } ],
-	[ 'leaf_id worker', sub { worker_pid($node, 'postgres') } ],
+	[ 'leaf_id snowflake worker', sub { worker_pid($node, 'postgres', 'snowflake') } ],
 	[ 'backend with an open transaction', sub { backend_pid($node, 'postgres', "r$_[0]_opentx") } ],
 );
 for my $round (1 .. @targets)

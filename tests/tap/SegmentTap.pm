@@ -198,12 +198,15 @@ sub backend_pid
 	);
 }
 
-# Pid of the leaf_id worker of database $db (empty if none runs).
+# Pid of the leaf_id worker of mode $mode ('segment' or 'snowflake') of
+# database $db; without $mode the pids of both, joined by commas (empty if
+# none runs).
 sub worker_pid
 {
-	my ($node, $db) = @_;
+	my ($node, $db, $mode) = @_;
+	my $type = defined $mode ? "= 'leaf_id $mode worker'" : "IN ('leaf_id segment worker', 'leaf_id snowflake worker')";
 	return $node->safe_psql('postgres',
-		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'leaf_id worker' AND datname = '$db'"
+		"SELECT string_agg(pid::text, ',' ORDER BY pid) FROM pg_stat_activity WHERE backend_type $type AND datname = '$db'"
 	);
 }
 
