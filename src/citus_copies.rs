@@ -155,6 +155,46 @@ fn sql_literal(s: &str) -> String {
     }
 }
 
+/// Run `command` on every other node's copy, each in a transaction of its own
+/// on a new connection, in parallel (the connect timeout is the worker
+/// session's, `transaction::bound_citus_waits`): per node, its result, or
+/// "host:port: error".
+fn on_other_copies(
+    client: &mut SpiClient,
+    copies: &Copies,
+    command: &str,
+) -> Result<Vec<Result<String, String>>, JobError> {
+    if copies.others.is_empty() {
+        return Ok(Vec::new());
+    }
+    let hosts: Vec<String> = copies.others.iter().map(|(h, _)| h.clone()).collect();
+    let ports: Vec<i32> = copies.others.iter().map(|(_, p)| *p).collect();
+    let commands = vec![command.to_string(); hosts.len()];
+    let results = client
+        .update(
+            "SELECT node_name, node_port, success, result \
+             FROM pg_catalog.master_run_on_worker($1, $2, $3, true)",
+            None,
+            &[hosts.into(), ports.into(), commands.into()],
+        )
+        .map_err(spi_err)?;
+    let mut answers = Vec::new();
+    for r in results {
+        let result = r.get::<String>(4).map_err(spi_err)?.unwrap_or_default();
+        answers.push(if r.get::<bool>(3).map_err(spi_err)?.unwrap_or(false) {
+            Ok(result)
+        } else {
+            Err(format!(
+                "{}:{}: {}",
+                r.get::<String>(1).map_err(spi_err)?.unwrap_or_default(),
+                r.get::<i32>(2).map_err(spi_err)?.unwrap_or(0),
+                result.trim()
+            ))
+        });
+    }
+    Ok(answers)
+}
+
 /// The renewal of one copy: raise (do not count) unless it is this node's
 /// row with this token.
 fn renewal_sql(
@@ -220,42 +260,19 @@ pub fn renew_on_majority(
     }
     let mut acks = 0;
     let mut failures = Vec::new();
-    if !copies.others.is_empty() {
-        let command = format!(
-            "DO $leaf_id$ BEGIN \
-             PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true); \
-             PERFORM pg_catalog.set_config('lock_timeout', '{remote_lock_timeout_ms}', true); \
-             PERFORM pg_catalog.set_config('citus.enable_manual_changes_to_shards', 'on', true); \
-             {update}; \
-             IF NOT FOUND THEN RAISE EXCEPTION 'no leaf_worker row of worker id {worker_id} on this node' \
-             USING ERRCODE = '55000'; END IF; END $leaf_id$"
-        );
-        // the connect timeout is the worker session's (transaction::bound_citus_waits)
-        let hosts: Vec<String> = copies.others.iter().map(|(h, _)| h.clone()).collect();
-        let ports: Vec<i32> = copies.others.iter().map(|(_, p)| *p).collect();
-        let commands: Vec<String> = vec![command; hosts.len()];
-        let results = client
-            .update(
-                "SELECT node_name, node_port, success, result \
-                 FROM pg_catalog.master_run_on_worker($1, $2, $3, true)",
-                None,
-                &[hosts.into(), ports.into(), commands.into()],
-            )
-            .map_err(spi_err)?;
-        for r in results {
-            if r.get::<bool>(3).map_err(spi_err)?.unwrap_or(false) {
-                acks += 1;
-            } else {
-                failures.push(format!(
-                    "{}:{}: {}",
-                    r.get::<String>(1).map_err(spi_err)?.unwrap_or_default(),
-                    r.get::<i32>(2).map_err(spi_err)?.unwrap_or(0),
-                    r.get::<String>(4)
-                        .map_err(spi_err)?
-                        .unwrap_or_default()
-                        .trim()
-                ));
-            }
+    let command = format!(
+        "DO $leaf_id$ BEGIN \
+         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true); \
+         PERFORM pg_catalog.set_config('lock_timeout', '{remote_lock_timeout_ms}', true); \
+         PERFORM pg_catalog.set_config('citus.enable_manual_changes_to_shards', 'on', true); \
+         {update}; \
+         IF NOT FOUND THEN RAISE EXCEPTION 'no leaf_worker row of worker id {worker_id} on this node' \
+         USING ERRCODE = '55000'; END IF; END $leaf_id$"
+    );
+    for answer in on_other_copies(client, copies, &command)? {
+        match answer {
+            Ok(_) => acks += 1,
+            Err(failure) => failures.push(failure),
         }
     }
     if quorum::renewal_holds(own, acks, copies.count()) {
@@ -281,6 +298,53 @@ pub fn renew_on_majority(
             failures.join("; ")
         ),
     ))
+}
+
+/// The highest mark of `worker_id` on any copy (each moved into `epoch`),
+/// read on every node: a claim that takes over a released row must issue
+/// above every lease its last holder was granted, and a majority may have
+/// granted one that this node's copy missed. Every copy must answer.
+pub fn highest_mark_of_every_copy(
+    client: &mut SpiClient,
+    copies: &Copies,
+    worker_id: i64,
+    epoch: i64,
+) -> Result<i64, JobError> {
+    let read = |table: &str| {
+        format!(
+            "SELECT pg_catalog.concat_ws(',', w.last_timestamp, w.epoch_ms) FROM {table} w \
+             WHERE w.worker_id OPERATOR(pg_catalog.=) {worker_id}"
+        )
+    };
+    let mut answers = vec![
+        client
+            .select(&read(&copies.shard_table), None, &[])
+            .map_err(spi_err)?
+            .first()
+            .get::<String>(1)
+            .map_err(spi_err)?
+            .unwrap_or_default(),
+    ];
+    for answer in on_other_copies(client, copies, &read(&copies.shard_table))? {
+        answers.push(answer.map_err(|failure| {
+            JobError::new(
+                PgSqlErrorCode::ERRCODE_CONNECTION_FAILURE,
+                format!(
+                    "could not read the mark of snowflake worker id {worker_id} on every copy of leaf_worker: {failure}"
+                ),
+            )
+        })?);
+    }
+    Ok(answers
+        .iter()
+        .map(|a| {
+            let mut parts = a.split(',').map(|p| p.trim().parse::<i64>().ok());
+            let mark = parts.next().flatten().unwrap_or(0);
+            let mark_epoch = parts.next().flatten();
+            crate::snowflake::claim::floor_for_epoch(mark, mark_epoch, epoch)
+        })
+        .max()
+        .unwrap_or(0))
 }
 
 #[cfg(test)]

@@ -233,7 +233,19 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
                 .first();
             let mark = row.get::<i64>(1).ok().flatten().unwrap_or(0);
             let mark_epoch = row.get::<i64>(2).ok().flatten();
-            let mark = claim::floor_for_epoch(mark, mark_epoch, crate::snowflake_api::epoch());
+            let epoch = crate::snowflake_api::epoch();
+            let mut mark = claim::floor_for_epoch(mark, mark_epoch, epoch);
+            // on Citus this node's copy may have missed leases that a
+            // majority granted (a released row's last holder went on
+            // renewing without it): a claim that wrote every copy reads
+            // every copy's mark as well
+            if wrote_registry
+                && let Some(copies) = crate::citus_copies::of_worker_registry(client, schema)?
+            {
+                mark = mark.max(crate::citus_copies::highest_mark_of_every_copy(
+                    client, &copies, id, epoch,
+                )?);
+            }
             return Ok((id, mark.max(taken_at)));
         }
         Err(JobError::new(

@@ -14,8 +14,11 @@
 //! time of its takeover. A lease this holder got from a majority is on at
 //! least one copy besides its own (with two or more copies), and a takeover
 //! reads that copy: it cannot pass while the lease runs, so it issues above
-//! it. A renewal after the takeover finds the new token on every copy but
-//! this node's own, which is no majority. Owner tokens change only through
+//! it. A released row's next owner likewise reads the mark of every copy,
+//! not only its own (which may have missed the last leases), and issues
+//! above the highest. A renewal after the takeover or the release finds the
+//! new token or name on every copy but this node's own, which is no
+//! majority. Owner tokens change only through
 //! Citus (every copy at once), so a copy never holds an older token than the
 //! others.
 //!
