@@ -13,7 +13,7 @@ use crate::transaction::{JobError, spi_err};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
-/// Where the copies of `leaf_worker` are.
+/// Where the copies of a reference table (`leaf_worker`, `leaf_alloc`) are.
 pub struct Copies {
     /// This node's copy (the reference table's shard), schema-qualified.
     shard_table: String,
@@ -25,6 +25,10 @@ impl Copies {
     pub fn count(&self) -> usize {
         1 + self.others.len()
     }
+    /// This node's copy: the shard table, read without Citus.
+    pub fn shard_table(&self) -> &str {
+        &self.shard_table
+    }
 }
 
 /// The copies of `leaf_worker` when it is a Citus reference table with a
@@ -33,6 +37,16 @@ impl Copies {
 pub fn of_worker_registry(
     client: &mut SpiClient,
     schema: &str,
+) -> Result<Option<Copies>, JobError> {
+    of_reference_table(client, schema, "leaf_worker")
+}
+
+/// The copies of leaf_id's `table` when it is a Citus reference table with a
+/// copy on this node; None otherwise.
+pub fn of_reference_table(
+    client: &mut SpiClient,
+    schema: &str,
+    table: &str,
 ) -> Result<Option<Copies>, JobError> {
     let citus = select_bool(
         client,
@@ -52,7 +66,7 @@ pub fn of_worker_registry(
                  JOIN pg_catalog.pg_dist_placement p ON p.shardid OPERATOR(pg_catalog.=) s.shardid \
                  JOIN pg_catalog.pg_dist_node n ON n.groupid OPERATOR(pg_catalog.=) p.groupid \
                  AND n.noderole OPERATOR(pg_catalog.=) 'primary' \
-                 WHERE s.logicalrelid OPERATOR(pg_catalog.=) '{schema}.leaf_worker'::pg_catalog.regclass \
+                 WHERE s.logicalrelid OPERATOR(pg_catalog.=) '{schema}.{table}'::pg_catalog.regclass \
                  AND EXISTS (SELECT FROM pg_catalog.pg_dist_partition d \
                    WHERE d.logicalrelid OPERATOR(pg_catalog.=) s.logicalrelid \
                    AND d.partmethod OPERATOR(pg_catalog.=) 'n' AND d.repmodel OPERATOR(pg_catalog.=) 't') \
@@ -78,7 +92,7 @@ pub fn of_worker_registry(
     }
     Ok(match (shard, own) {
         (Some(id), true) => Some(Copies {
-            shard_table: format!("{schema}.leaf_worker_{id}"),
+            shard_table: format!("{schema}.{table}_{id}"),
             others,
         }),
         // no copy here (or no table placement at all): write through Citus
@@ -129,6 +143,9 @@ fn select_bool(client: &mut SpiClient, sql: &str) -> Result<bool, JobError> {
 
 /// Whether `table` (of leaf_id's schema) is a Citus table.
 pub fn is_citus_table(client: &mut SpiClient, schema: &str, table: &str) -> Result<bool, JobError> {
+    if !crate::transaction::citus_loaded() {
+        return Ok(false); // no query on every refill of a server without Citus
+    }
     if !select_bool(
         client,
         "SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL",

@@ -1,6 +1,7 @@
 //! leaf_id: Meituan Leaf's distributed IDs inside PostgreSQL.
 //!
-//! Pure algorithms: `segment` (double buffer, dynamic step) and `snowflake`
+//! Pure algorithms: `segment` (double buffer, dynamic step, the reserve kept
+//! on Citus) and `snowflake`
 //! (layout, generator and clock rules, worker-id claim). Postgres glue:
 //! `settings` (GUCs), `shmem` (shared memory), `owner_file` (the owner token kept
 //! across restarts of one data directory), `clock` (time conversions), `worker` (the

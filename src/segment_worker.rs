@@ -1,11 +1,13 @@
-//! The segment half of the worker: reserve ranges in `leaf_alloc` (each in
-//! its own transaction), publish them to the tags' double buffers, and drop
-//! tags whose rows are gone.
+//! The segment worker's jobs: reserve ranges in `leaf_alloc` (each in its
+//! own transaction), publish them to the tags' double buffers, and drop tags
+//! whose rows are gone. On Citus, keep a reserve of ranges for refills while
+//! a node is down (`segment::reserve`).
 
 use crate::backend::database_exists;
 use crate::clock::unix_us;
 use crate::errors::code_of;
 use crate::segment::buffer::MAX_SEGMENT_LEN;
+use crate::segment::reserve::{self as local_reserve, NoRange, Reserve};
 use crate::segment::step::{PreviousRefill, StepPolicy};
 use crate::settings;
 use crate::shmem::{TagStatus, shared};
@@ -22,6 +24,47 @@ struct Reserved {
     len: i64,
     step: i64,
     table_step: i64,
+    /// The end of everything the reservation recorded in `leaf_alloc`.
+    end: i64,
+    /// On Citus: the range reserved beyond the segment, for this server's
+    /// reserve, and leaf_alloc's OID.
+    extra: Option<(u32, (i64, i64))>,
+    /// The tag's row was below this server's reservations: drop its reserve.
+    drop_kept: bool,
+}
+
+/// leaf_alloc's OID (the reserve is bound to the table it came from).
+fn alloc_table_oid(client: &mut pgrx::spi::SpiClient, schema: &str) -> Result<u32, JobError> {
+    client
+        .select(
+            &format!("SELECT '{schema}.leaf_alloc'::pg_catalog.regclass::pg_catalog.oid"),
+            None,
+            &[],
+        )
+        .map_err(spi_err)?
+        .first()
+        .get::<pg_sys::Oid>(1)
+        .map_err(spi_err)?
+        .map(|o| o.to_u32())
+        .ok_or_else(|| {
+            JobError::new(
+                PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
+                "leaf_alloc has no OID",
+            )
+        })
+}
+
+/// The data directory, where the reserve files are.
+fn data_dir() -> std::path::PathBuf {
+    let dir = unsafe { std::ffi::CStr::from_ptr(pg_sys::DataDir) };
+    std::path::PathBuf::from(dir.to_string_lossy().into_owned())
+}
+
+fn reserve_io_error(e: std::io::Error) -> JobError {
+    JobError::new(
+        PgSqlErrorCode::ERRCODE_IO_ERROR,
+        format!("leaf_id could not write its segment reserve file: {e}"),
+    )
 }
 
 /// Reserve the next range of a tag: `[max_id, max_id + n)`, never below the
@@ -35,6 +78,7 @@ fn reserve(
     policy: StepPolicy,
     previous: Option<PreviousRefill>,
     tuned: Option<i64>,
+    kept: &Reserve,
 ) -> Result<Reserved, JobError> {
     Spi::connect_mut(|client| {
         // A write, not SELECT ... FOR UPDATE, locks the row: on a Citus
@@ -114,7 +158,36 @@ fn reserve(
             ));
         }
         let len = step.min(MAX_SEGMENT_LEN).min(room);
-        let end = start + len;
+        // on Citus, top this server's reserve up to leaf_id.citus_reserve
+        // segments of this step, in the same reservation
+        let citus_oid = if !crate::transaction::catalog_is_legacy()
+            && crate::citus_copies::is_citus_table(client, schema, "leaf_alloc")?
+        {
+            Some(alloc_table_oid(client, schema)?)
+        } else {
+            None
+        };
+        // a row below this server's reservations (deleted and inserted
+        // again, or moved back) voids its reserve: others may hand those
+        // IDs out now
+        let drop_kept = citus_oid.is_some_and(|oid| max_id < kept.reserved_through(tag, oid));
+        let target = settings::CITUS_RESERVE.get() as i64;
+        let extra = match citus_oid {
+            Some(oid) if target > 0 => {
+                let left = if drop_kept {
+                    0
+                } else {
+                    kept.remaining(tag, oid)
+                };
+                let missing = target
+                    .saturating_mul(len)
+                    .saturating_sub(left)
+                    .clamp(0, room - len);
+                (missing > 0).then_some((oid, missing))
+            }
+            _ => None,
+        };
+        let end = start + len + extra.map_or(0, |(_, n)| n);
         // exactly this row must now say `end`: a trigger that skips or
         // changes the update, or a rule, must not let a range be published
         // that the table did not record
@@ -166,7 +239,75 @@ fn reserve(
             len,
             step,
             table_step,
+            end,
+            extra: extra.map(|(oid, _)| (oid, (start + len, end))),
+            drop_kept,
         })
+    })
+}
+
+/// A segment from this server's reserve, without Citus (a refill through
+/// it failed): None if there is no reserve, or it is used up, or the tag's
+/// row in this node's copy of `leaf_alloc` is no longer the one it was
+/// reserved from. The reserve file is written before the commit, so its
+/// range is never handed out twice, at worst lost.
+fn take_from_reserve(
+    schema: &str,
+    dboid: u32,
+    tag: &str,
+    previous_step: Option<i64>,
+    kept: &mut Reserve,
+) -> Result<Option<Reserved>, JobError> {
+    Spi::connect_mut(|client| {
+        let Some(copies) = crate::citus_copies::of_reference_table(client, schema, "leaf_alloc")?
+        else {
+            return Ok(None);
+        };
+        let oid = alloc_table_oid(client, schema)?;
+        // this node's copy, read without Citus
+        let row = client
+            .select(
+                &format!(
+                    "SELECT max_id, step FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) $1",
+                    copies.shard_table()
+                ),
+                None,
+                &[tag.into()],
+            )
+            .map_err(spi_err)?;
+        let (max_id, table_step) = match row.into_iter().next() {
+            Some(r) => (
+                r.get::<i64>(1).map_err(spi_err)?,
+                r.get::<i32>(2).map_err(spi_err)?.map_or(1, i64::from),
+            ),
+            None => (None, 1),
+        };
+        let want = previous_step.unwrap_or(table_step).max(1);
+        match kept.take(tag, oid, max_id, want) {
+            Ok((start, len)) => {
+                local_reserve::save(&data_dir(), dboid, kept).map_err(reserve_io_error)?;
+                remember_reserved(dboid, tag, start + len)?;
+                Ok(Some(Reserved {
+                    start,
+                    len,
+                    step: want,
+                    table_step,
+                    end: start + len,
+                    extra: None,
+                    drop_kept: false,
+                }))
+            }
+            Err(NoRange::RowChanged) => {
+                pgrx::warning!(
+                    "leaf_id: the reserve of tag \"{}\" was dropped: the tag's row in leaf_alloc is not the one it was reserved from (max_id {:?})",
+                    tag,
+                    max_id
+                );
+                local_reserve::save(&data_dir(), dboid, kept).map_err(reserve_io_error)?;
+                Ok(None)
+            }
+            Err(NoRange::Empty) => Ok(None),
+        }
     })
 }
 
@@ -198,7 +339,18 @@ pub struct SegmentJobs {
     /// with a growing delay (a caller's request is served at once)
     failed: HashMap<(usize, u64), Backoff>,
     last_resync: Instant,
+    /// This server's reserve for the database (Citus), loaded on first use.
+    reserve: Option<Reserve>,
+    /// When a refill through Citus last failed and the reserve served: for
+    /// a while refills go to the reserve first.
+    citus_failed_at: Option<Instant>,
+    /// The reserve file could neither be written nor removed.
+    reserve_unusable: bool,
 }
+
+/// How long refills use the reserve first after a refill through Citus
+/// failed (a node that hangs would cost each one the connect timeout).
+const RESERVE_FIRST_FOR: Duration = Duration::from_secs(5);
 
 impl SegmentJobs {
     pub fn new() -> SegmentJobs {
@@ -206,7 +358,76 @@ impl SegmentJobs {
             previous: HashMap::new(),
             failed: HashMap::new(),
             last_resync: Instant::now(),
+            reserve: None,
+            citus_failed_at: None,
+            reserve_unusable: false,
         }
+    }
+
+    /// The database's reserve, as its file says (this lifetime's token).
+    fn kept_reserve(&mut self, dboid: u32) -> Reserve {
+        let token = shared().expect("shared memory").owner_token();
+        self.reserve
+            .get_or_insert_with(|| local_reserve::load(&data_dir(), dboid, token))
+            .clone()
+    }
+
+    /// After a committed reservation: drop the tag's reserve if its row was
+    /// moved back, and add the reservation's extra range.
+    fn keep_extra(&mut self, dboid: u32, tag: &str, r: &Reserved) {
+        if !r.drop_kept && r.extra.is_none() {
+            return;
+        }
+        let mut kept = self.kept_reserve(dboid);
+        if r.drop_kept && kept.drop_tag(tag) {
+            pgrx::warning!(
+                "leaf_id: the reserve of tag \"{}\" was dropped: leaf_alloc.max_id is below the ranges this server reserved (the row was moved back, or deleted and inserted again)",
+                tag
+            );
+        }
+        if let Some((oid, range)) = r.extra {
+            kept.add(tag, oid, range, r.end);
+        }
+        match local_reserve::save(&data_dir(), dboid, &kept) {
+            Ok(()) => self.reserve = Some(kept),
+            Err(e) => {
+                // the old file must not serve a dropped reserve: remove it
+                // (its ranges become gaps), or use no reserve any more
+                let removed =
+                    std::fs::remove_file(data_dir().join(local_reserve::file_name(dboid))).is_ok();
+                pgrx::warning!(
+                    "leaf_id: could not write the segment reserve file for tag \"{}\": {}; {}",
+                    tag,
+                    e,
+                    if removed {
+                        "the reserve of this database is dropped"
+                    } else {
+                        "no refill of this database comes from the reserve until the worker restarts"
+                    }
+                );
+                self.reserve = None;
+                self.reserve_unusable = !removed;
+            }
+        }
+    }
+
+    /// A segment from the reserve, in a transaction of its own.
+    fn from_reserve(
+        &mut self,
+        dboid: u32,
+        tag: &str,
+        previous_step: Option<i64>,
+    ) -> Option<Result<Reserved, JobError>> {
+        if settings::CITUS_RESERVE.get() == 0 || self.reserve_unusable {
+            return None;
+        }
+        let mut kept = self.kept_reserve(dboid);
+        let got = in_transaction(|schema| {
+            take_from_reserve(schema, dboid, tag, previous_step, &mut kept)
+        });
+        // the file is the truth: a failed write left the range in it
+        self.reserve = None;
+        got.transpose()
     }
 
     fn policy() -> StepPolicy {
@@ -291,20 +512,76 @@ impl SegmentJobs {
         let reserved_end = sh.reserved_end(ctx.dboid, &tag);
         let mut tuning = false;
         let mut known_step = previous.map(|p| p.step);
-        let result = in_transaction(|schema| {
-            tuning = has_tuning_table();
-            let tuned = match previous {
-                None if tuning => read_tuned_step(schema, &tag)?,
-                _ => None,
-            };
-            known_step = known_step.or(tuned);
-            let r = reserve(schema, &tag, reserved_end, Self::policy(), previous, tuned)?;
-            // remembered before the commit makes the range usable: if the
-            // commit fails the mark only leaves a gap
-            remember_reserved(ctx.dboid, &tag, r.start + r.len)?;
-            Ok(r)
-        })
-        .map_err(|e| explain_unreachable(e, &format!("refill tag \"{tag}\""), "leaf_alloc"));
+        let kept = self.kept_reserve(ctx.dboid);
+        let reserve_first = self
+            .citus_failed_at
+            .is_some_and(|t| t.elapsed() < RESERVE_FIRST_FOR);
+        let from_reserve_first = if reserve_first {
+            self.from_reserve(ctx.dboid, &tag, known_step)
+        } else {
+            None
+        };
+        let served_by_reserve = from_reserve_first.is_some();
+        let result = from_reserve_first.unwrap_or_else(|| {
+            in_transaction(|schema| {
+                tuning = has_tuning_table();
+                let tuned = match previous {
+                    None if tuning => read_tuned_step(schema, &tag)?,
+                    _ => None,
+                };
+                known_step = known_step.or(tuned);
+                let r = reserve(
+                    schema,
+                    &tag,
+                    reserved_end,
+                    Self::policy(),
+                    previous,
+                    tuned,
+                    &kept,
+                )?;
+                // remembered before the commit makes the range usable: if the
+                // commit fails the mark only leaves a gap
+                remember_reserved(ctx.dboid, &tag, r.end)?;
+                Ok(r)
+            })
+            .map_err(|e| explain_unreachable(e, &format!("refill tag \"{tag}\""), "leaf_alloc"))
+        });
+        let result = match result {
+            Ok(r) => {
+                if !served_by_reserve {
+                    if self.citus_failed_at.take().is_some() {
+                        pgrx::log!("leaf_id: refills through Citus work again");
+                    }
+                    self.keep_extra(ctx.dboid, &tag, &r);
+                }
+                Ok(r)
+            }
+            // a node unreachable, or its refill holding the shard: the
+            // reserve serves (its IDs are this server's alone)
+            Err(e) if !served_by_reserve && reserve_may_serve(&e) => {
+                match self.from_reserve(ctx.dboid, &tag, known_step) {
+                    Some(Ok(r)) => {
+                        if self.citus_failed_at.replace(Instant::now()).is_none() {
+                            pgrx::log!(
+                                "leaf_id: a refill through Citus failed ({}); refills come from this server's reserve",
+                                e.message
+                            );
+                        }
+                        Ok(r)
+                    }
+                    Some(Err(reserve_error)) => {
+                        pgrx::warning!(
+                            "leaf_id: the segment reserve could not serve tag \"{}\": {}",
+                            tag,
+                            reserve_error.message
+                        );
+                        Err(e)
+                    }
+                    None => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        };
         {
             let _g = sh.lock_tag(i);
             slot.refill_in_flight.store(false, SeqCst);
@@ -432,6 +709,16 @@ impl SegmentJobs {
             .retain(|(i, epoch), _| sh.tag(*i).epoch.load(SeqCst) == *epoch);
         sh.broadcast(ctx.db);
     }
+}
+
+/// Errors after which a refill may come from the reserve: a node with a
+/// copy of leaf_alloc unreachable (class 08), or a lock not granted in time
+/// (55P03: another node's refill that waits for a node that hangs holds the
+/// shard).
+fn reserve_may_serve(e: &JobError) -> bool {
+    let class = e.sqlstate & ((1 << 12) - 1);
+    class == code_of(PgSqlErrorCode::ERRCODE_CONNECTION_EXCEPTION)
+        || e.sqlstate == code_of(PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE)
 }
 
 /// Catalogs of 0.1.0 have no leaf_alloc_tuning: there the step is not

@@ -10,6 +10,7 @@ pub static MAX_STEP: GucSetting<i32> = GucSetting::<i32>::new(1_000_000);
 pub static REFILL_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 pub static TAG_RESYNC_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(60);
 pub static WORKER_IDLE_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(60_000);
+pub static CITUS_RESERVE: GucSetting<i32> = GucSetting::<i32>::new(4);
 
 pub static WORKER_ID: GucSetting<i32> = GucSetting::<i32>::new(-1);
 pub static NODE_NAME: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
@@ -67,6 +68,16 @@ pub fn register(preloading: bool) {
         86_400,
         GucContext::Sighup,
         GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
+        c"leaf_id.citus_reserve",
+        c"Segments each tag keeps in reserve on a Citus node, for refills while a node with a copy of leaf_alloc is down; 0 = none.",
+        c"While every node answers, a refill through Citus also reserves this many segments of the tag's current step in leaf_alloc, kept in a file of this data directory. When a refill through Citus fails, the next segment comes from that reserve (IDs lower than the node's latest). A restart of the same data directory keeps it; a copy of the server, a promoted standby or a reboot does not, and its ranges become gaps. No effect without Citus.",
+        &CITUS_RESERVE,
+        0,
+        10_000,
+        GucContext::Sighup,
+        GucFlags::default(),
     );
     GucRegistry::define_int_guc(
         c"leaf_id.worker_idle_timeout",

@@ -157,16 +157,24 @@ pub fn citus_connect_timeout_ms() -> i64 {
 /// timeout. (A statement already running on a node at the instant it hangs
 /// still waits: that is why renewals have a worker of their own.)
 fn bound_citus_waits() {
-    let defined =
-        |name: &CStr| unsafe { !pg_sys::GetConfigOption(name.as_ptr(), true, false).is_null() };
-    if !defined(c"citus.node_connection_timeout") {
+    if !citus_loaded() {
         return; // no Citus in this server
     }
     let timeout = std::ffi::CString::new(citus_connect_timeout_ms().to_string()).expect("digits");
     force(c"citus.node_connection_timeout", &timeout);
-    if defined(c"citus.max_cached_conns_per_worker") {
+    if setting_defined(c"citus.max_cached_conns_per_worker") {
         force(c"citus.max_cached_conns_per_worker", c"0");
     }
+}
+
+/// Is a setting defined (by PostgreSQL or a loaded library)?
+fn setting_defined(name: &CStr) -> bool {
+    unsafe { !pg_sys::GetConfigOption(name.as_ptr(), true, false).is_null() }
+}
+
+/// Is the Citus library loaded in this server (its settings are defined)?
+pub fn citus_loaded() -> bool {
+    setting_defined(c"citus.node_connection_timeout")
 }
 
 /// Run `job` in a transaction of its own and commit it (synchronously: the

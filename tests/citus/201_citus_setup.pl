@@ -47,11 +47,14 @@ for my $n (@nodes)
 	$first{ $n->name } = $n->safe_psql('postgres', q{SELECT leaf_segment_next('order')});
 	like($first{ $n->name }, qr/^\d+$/, $n->name . ': draws an ID of a tag inserted on the coordinator');
 }
+# each node's first refill reserves its segment of 1000 and, for its reserve
+# (leaf_id.citus_reserve, 4 by default), 4 segments more: 5000 IDs
 my @starts = sort { $a <=> $b } values %first;
-is_deeply(\@starts, [ 1, 1001, 2001 ], 'the three nodes drew from three different 1000-ID ranges')
+is_deeply(\@starts, [ 1, 5001, 10001 ],
+	'the three nodes drew from three different ranges (a segment of 1000 and a reserve of 4000 each)')
   or diag explain \%first;
 is($coord->safe_psql('postgres', q{SELECT max_id FROM leaf_alloc WHERE biz_tag = 'order'}),
-	'3001', 'leaf_alloc recorded the three reservations');
+	'15001', 'leaf_alloc recorded the three reservations');
 is( $coord->safe_psql(
 		'postgres', q{
 SELECT count(DISTINCT result) FROM run_command_on_placements('leaf_alloc',
@@ -76,7 +79,7 @@ WHERE logicalrelid IN ('leaf_alloc'::regclass, 'leaf_worker'::regclass) AND part
 my $late_placements = $coord->safe_psql('postgres', $placements_sql);
 note "placements right after citus_add_node: $late_placements";
 my $late_id = $late->safe_psql('postgres', q{SELECT leaf_segment_next('order')});
-is($late_id, '3001', 'the new node draws from the next range of the shared tag');
+is($late_id, '15001', 'the new node draws from the next range of the shared tag');
 is(leaf_worker_id_of($late), '3', 'the new node claims the next free worker id, 3');
 is($coord->safe_psql('postgres', 'SELECT count(*), count(DISTINCT node_name) FROM leaf_worker'),
 	'4|4', 'the registry has one row per node');
@@ -95,8 +98,8 @@ SELECT count(DISTINCT result) FROM run_command_on_placements('leaf_worker',
   $$SELECT string_agg(worker_id || '=' || node_name, ',' ORDER BY worker_id) FROM %s$$)}),
 	'1', 'every copy of leaf_worker, the new one too, holds the same registry');
 $late->safe_psql('postgres', q{SELECT leaf_segment_next('order') FROM generate_series(1, 1000)});
-is($late->safe_psql('postgres', q{SELECT leaf_segment_next('order')}), '4002',
-	'the new node refills from its own copy: the next range starts at 4001');
+is($late->safe_psql('postgres', q{SELECT leaf_segment_next('order')}), '20002',
+	'the new node refills from its own copy: the next range starts at 20001');
 
 $_->stop for ($late, reverse @nodes);
 done_testing();

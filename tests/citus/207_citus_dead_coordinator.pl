@@ -27,7 +27,10 @@ use Time::HiRes qw(time usleep);
 use CitusTap;
 use SegmentTap qw(try_sql);
 
-my ($coord, $w1, $w2) = citus_cluster(conf => "leaf_id.refill_timeout = 3000\nleaf_id.max_step = 100\n");
+# no segment reserve (leaf_id.citus_reserve = 0): what a node has without it,
+# its two cached segments (210 tests the reserve)
+my ($coord, $w1, $w2) = citus_cluster(
+	conf => "leaf_id.refill_timeout = 3000\nleaf_id.max_step = 100\nleaf_id.citus_reserve = 0\n");
 $coord->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) VALUES ('dc', 10)});
 my %wid = map { $_->name => leaf_worker_id_of($_) } ($coord, $w1, $w2);
 

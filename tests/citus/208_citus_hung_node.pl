@@ -31,7 +31,10 @@ use Time::HiRes qw(time usleep);
 use CitusTap;
 use SegmentTap qw(try_sql session session_query start_client finish_clients client_ids wait_until);
 
-my ($coord, $w1, $w2) = citus_cluster(conf => "leaf_id.refill_timeout = 3000\nleaf_id.max_step = 100\n");
+# no segment reserve (leaf_id.citus_reserve = 0): what a node has without it,
+# its two cached segments (210 tests the reserve)
+my ($coord, $w1, $w2) = citus_cluster(
+	conf => "leaf_id.refill_timeout = 3000\nleaf_id.max_step = 100\nleaf_id.citus_reserve = 0\n");
 $coord->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) VALUES ('dn', 10)});
 my %wid = map { $_->name => leaf_worker_id_of($_) } ($coord, $w1, $w2);
 my $w2port = $w2->port;
