@@ -240,6 +240,7 @@ fn renewal_sql(
 #[allow(clippy::too_many_arguments)]
 pub fn renew_on_majority(
     client: &mut SpiClient,
+    db: usize,
     schema: &str,
     copies: &Copies,
     worker_id: i64,
@@ -286,7 +287,14 @@ pub fn renew_on_majority(
          IF NOT FOUND THEN RAISE EXCEPTION 'no leaf_worker row of worker id {worker_id} on this node' \
          USING ERRCODE = '55000'; END IF; END $leaf_id$"
     );
-    for answer in on_other_copies(client, copies, &command)? {
+    // each other copy through a helper process of its own, so that a node
+    // that hangs with the statement in flight holds only that helper
+    for answer in crate::renewal_helper::run_on_others(
+        db,
+        &copies.others,
+        &command,
+        std::time::Duration::from_millis(crate::transaction::renewal_wait_ms() as u64),
+    ) {
         match answer {
             Ok(_) => acks += 1,
             Err(failure) => failures.push(failure),

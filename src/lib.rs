@@ -19,6 +19,7 @@ pub mod clock;
 pub mod errors;
 pub mod guard_api;
 pub mod owner_file;
+pub mod renewal_helper;
 pub mod segment;
 pub mod segment_api;
 pub mod segment_worker;

@@ -129,6 +129,9 @@ pub struct DbSlot {
     pub error: ErrorCell,
     pub node_name_len: AtomicU32,
     pub node_name: UnsafeCell<[u8; 256]>,
+    /// The snowflake worker's requests to its renewal helpers, one slot per
+    /// other copy of leaf_worker (`renewal_helper`).
+    copy_slots: [crate::renewal_helper::CopySlot; crate::renewal_helper::MAX_OTHER_COPIES],
 }
 
 /// Status of a tag slot.
@@ -187,6 +190,9 @@ pub struct TagSlot {
 }
 
 impl DbSlot {
+    pub fn copy_slots(&self) -> &[crate::renewal_helper::CopySlot] {
+        &self.copy_slots
+    }
     pub fn worker(&self, role: Role) -> &WorkerSlot {
         &self.workers[role as usize]
     }

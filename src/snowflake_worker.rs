@@ -278,6 +278,7 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
     // uncommitted write locks every copy); one that only found its own row
     // (a restart of this data directory) needs a majority of the copies
     let lease = persist(
+        db,
         schema,
         worker_id,
         &node,
@@ -453,6 +454,7 @@ pub fn publish_claim(db: usize, c: &Claimed) -> Result<(), JobError> {
 /// are written one by one and a majority is enough (`snowflake::quorum`), so
 /// that one node down does not stop the others.
 fn persist(
+    db: usize,
     schema: &str,
     worker_id: i64,
     node: &str,
@@ -470,6 +472,7 @@ fn persist(
             };
             crate::citus_copies::renew_on_majority(
                 client,
+                db,
                 schema,
                 &copies,
                 worker_id,
@@ -522,7 +525,7 @@ fn renew(schema: &str, db: usize) -> Result<i64, JobError> {
     let worker_id = slot.generator.worker_id();
     // never below the current lease: the row must cover what may be issued
     let mark = (clock_ms() + lease_ahead()?).max(slot.generator.lease_ms.load(SeqCst));
-    persist(schema, worker_id, &slot.node_name(), mark, false)
+    persist(db, schema, worker_id, &slot.node_name(), mark, false)
 }
 
 /// Close the generator and persist the exact last issued millisecond instead

@@ -148,6 +148,15 @@ pub fn citus_connect_timeout_ms() -> i64 {
     (margin / 2).clamp(100, 2000)
 }
 
+/// How long a snowflake renewal waits for the other copies' answers
+/// (`renewal_helper`): three quarters of the margin between renewals and
+/// the end of the lease, and at least the connect timeout and 200 ms more.
+pub fn renewal_wait_ms() -> i64 {
+    let margin = crate::settings::LEASE_AHEAD.get() as i64
+        - crate::settings::HEARTBEAT_INTERVAL.get() as i64;
+    (margin * 3 / 4).max(citus_connect_timeout_ms() + 200)
+}
+
 /// On Citus, a node that hangs instead of refusing connections (a network
 /// partition, a stopped server) would hold a statement on a cached
 /// connection for as long as TCP lets it: the worker's next jobs, and, for a

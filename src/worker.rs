@@ -85,7 +85,7 @@ unsafe extern "C-unwind" {
     /// PostgreSQL's own SIGTERM handler of backends (pgrx wraps `pg_sys::die`
     /// in a Rust function; a signal handler needs the C symbol).
     #[link_name = "die"]
-    fn postgres_die(signo: std::ffi::c_int);
+    pub(crate) fn postgres_die(signo: std::ffi::c_int);
 }
 
 #[pg_guard]

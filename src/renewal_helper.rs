@@ -1,0 +1,253 @@
+//! Short-lived helper processes that write the other nodes' copies of
+//! `leaf_worker` for a snowflake renewal on Citus (`citus_copies`).
+//!
+//! Citus reads a remote answer without a timeout, and its cancel is libpq's
+//! blocking `PQcancel`: a statement that is running on a node at the
+//! instant the node hangs waits for as long as the node does, and so does
+//! the process that sent it. So the snowflake worker does not send them
+//! itself. For each other copy it starts a helper (a dynamic background
+//! worker) that runs the copy's statement through `master_run_on_worker`
+//! and posts the answer in shared memory; the worker waits for the answers
+//! up to a deadline and counts the ones it got. A helper that hangs keeps
+//! its slot, and that copy counts as missed until the helper returns; the
+//! worker goes on with the others (a majority is enough).
+
+use crate::shmem::{Role, shared};
+use pgrx::bgworkers::{
+    BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
+};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64, Ordering::SeqCst};
+use std::time::{Duration, Instant};
+
+/// Other copies a renewal writes through helpers; beyond that count a copy
+/// is not written (and not counted).
+pub const MAX_OTHER_COPIES: usize = 16;
+const HOST_BYTES: usize = 256;
+const COMMAND_BYTES: usize = 4096;
+const ANSWER_BYTES: usize = 512;
+/// A helper registered but not started after this long is given up.
+const START_GRACE_MS: i64 = 10_000;
+/// `pid` of a slot whose helper is registered but has not started yet.
+const STARTING: i32 = -1;
+
+/// One other copy's slot: the request the snowflake worker posts, and the
+/// helper's answer. Zeroed memory is an idle slot.
+#[repr(C)]
+pub struct CopySlot {
+    /// The helper's pid while it runs, STARTING before, 0 when none runs.
+    pid: AtomicI32,
+    /// Unix ms when the worker registered the helper.
+    registered_at: AtomicI64,
+    /// The request number the slot holds, and the last one answered.
+    asked: AtomicU64,
+    answered: AtomicU64,
+    /// 1 when the statement succeeded.
+    success: AtomicU32,
+    port: AtomicI32,
+    host_len: AtomicU32,
+    host: UnsafeCell<[u8; HOST_BYTES]>,
+    command_len: AtomicU32,
+    command: UnsafeCell<[u8; COMMAND_BYTES]>,
+    answer_len: AtomicU32,
+    answer: UnsafeCell<[u8; ANSWER_BYTES]>,
+}
+
+fn write_text<const N: usize>(buf: &UnsafeCell<[u8; N]>, len: &AtomicU32, s: &str) -> bool {
+    if s.len() > N {
+        return false;
+    }
+    unsafe { (&mut *buf.get())[..s.len()].copy_from_slice(s.as_bytes()) };
+    len.store(s.len() as u32, SeqCst);
+    true
+}
+
+fn write_truncated<const N: usize>(buf: &UnsafeCell<[u8; N]>, len: &AtomicU32, s: &str) {
+    let mut end = s.len().min(N);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    write_text(buf, len, &s[..end]);
+}
+
+fn read_text<const N: usize>(buf: &UnsafeCell<[u8; N]>, len: &AtomicU32) -> String {
+    let n = (len.load(SeqCst) as usize).min(N);
+    unsafe { String::from_utf8_lossy(&(&*buf.get())[..n]).into_owned() }
+}
+
+impl CopySlot {
+    /// Free for a new request? A helper that never started is given up.
+    fn free(&self) -> bool {
+        match self.pid.load(SeqCst) {
+            0 => true,
+            STARTING
+                if crate::clock::unix_ms() - self.registered_at.load(SeqCst) > START_GRACE_MS =>
+            {
+                self.pid.store(0, SeqCst);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+fn pack(db: usize, slot: usize) -> pg_sys::Datum {
+    pg_sys::Datum::from((db as u64) | ((slot as u64) << 32))
+}
+
+/// Run `command` on every node of `others` (host, port), each through a
+/// helper of its own, and wait for the answers until `wait` has passed: per
+/// node, the statement's result, or "host:port: why not".
+pub fn run_on_others(
+    db: usize,
+    others: &[(String, i32)],
+    command: &str,
+    wait: Duration,
+) -> Vec<Result<String, String>> {
+    let sh = shared().expect("shared memory");
+    let slots = sh.db(db).copy_slots();
+    let nodes: Vec<String> = others.iter().map(|(h, p)| format!("{h}:{p}")).collect();
+    let mut answers: Vec<Result<String, String>> = Vec::new();
+    let mut launched: Vec<(usize, u64)> = Vec::new(); // (slot = node index, request)
+    for (i, (host, port)) in others.iter().enumerate() {
+        let node = &nodes[i];
+        answers.push(Err(format!("{node}: no answer")));
+        let Some(slot) = slots.get(i) else {
+            answers[i] = Err(format!("{node}: more than {MAX_OTHER_COPIES} other copies"));
+            continue;
+        };
+        if !slot.free() {
+            answers[i] = Err(format!(
+                "{node}: the renewal sent before has not returned (the node hangs?)"
+            ));
+            continue;
+        }
+        if !write_text(&slot.host, &slot.host_len, host)
+            || !write_text(&slot.command, &slot.command_len, command)
+        {
+            answers[i] = Err(format!("{node}: host name or statement too long"));
+            continue;
+        }
+        slot.port.store(*port, SeqCst);
+        let request = slot.asked.load(SeqCst) + 1;
+        slot.asked.store(request, SeqCst);
+        slot.registered_at.store(crate::clock::unix_ms(), SeqCst);
+        slot.pid.store(STARTING, SeqCst);
+        let started = BackgroundWorkerBuilder::new("leaf_id renewal helper")
+            .set_type("leaf_id renewal helper")
+            .set_library("leaf_id")
+            .set_function("leaf_id_renewal_helper_main")
+            .set_argument(Some(pack(db, i)))
+            .enable_spi_access()
+            .set_start_time(BgWorkerStartTime::RecoveryFinished)
+            .set_restart_time(None)
+            .load_dynamic()
+            .is_ok();
+        if !started {
+            slot.pid.store(0, SeqCst);
+            answers[i] = Err(format!(
+                "{node}: no background worker slot for a renewal helper (max_worker_processes)"
+            ));
+            continue;
+        }
+        launched.push((i, request));
+    }
+    let deadline = Instant::now() + wait;
+    loop {
+        let pending = launched
+            .iter()
+            .filter(|&&(s, request)| slots[s].answered.load(SeqCst) != request)
+            .count();
+        let stopping = unsafe { (&raw const pg_sys::ProcDiePending).read_volatile() != 0 };
+        if pending == 0 || stopping || Instant::now() >= deadline {
+            break;
+        }
+        crate::clock::wait_on_latch(
+            deadline
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(50)),
+        );
+    }
+    for (s, request) in launched {
+        let slot = &slots[s];
+        let node = &nodes[s];
+        answers[s] = if slot.answered.load(SeqCst) != request {
+            Err(format!("{node}: no answer within {} ms", wait.as_millis()))
+        } else if slot.success.load(SeqCst) == 1 {
+            Ok(read_text(&slot.answer, &slot.answer_len))
+        } else {
+            Err(format!(
+                "{node}: {}",
+                read_text(&slot.answer, &slot.answer_len).trim()
+            ))
+        };
+    }
+    answers
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn helper_exit(_code: i32, arg: pg_sys::Datum) {
+    let v = arg.value() as u64;
+    let (db, s) = ((v & 0xffff_ffff) as usize, (v >> 32) as usize);
+    if let Some(sh) = shared() {
+        sh.db(db).copy_slots()[s].pid.store(0, SeqCst);
+        let latch = sh.db(db).worker(Role::Snowflake).latch.load(SeqCst);
+        if !latch.is_null() {
+            unsafe { pg_sys::SetLatch(latch) };
+        }
+    }
+}
+
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn leaf_id_renewal_helper_main(arg: pg_sys::Datum) {
+    let v = arg.value() as u64;
+    let (db, s) = ((v & 0xffff_ffff) as usize, (v >> 32) as usize);
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP);
+    unsafe {
+        // SIGTERM as for a backend (shutdown): the wait for an answer ends
+        pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(crate::worker::postgres_die));
+    }
+    let Some(sh) = shared() else { return };
+    let Some(slot) = sh.db(db).copy_slots().get(s) else {
+        return;
+    };
+    slot.pid.store(unsafe { pg_sys::MyProcPid }, SeqCst);
+    unsafe { pg_sys::on_shmem_exit(Some(helper_exit), arg) };
+    let dboid = sh.db(db).dboid.load(SeqCst);
+    BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(dboid)), None);
+    crate::transaction::harden_session();
+    let request = slot.asked.load(SeqCst);
+    let host = read_text(&slot.host, &slot.host_len);
+    let port = slot.port.load(SeqCst);
+    let command = read_text(&slot.command, &slot.command_len);
+    let result = crate::transaction::in_transaction(|_schema| {
+        pgrx::spi::Spi::connect_mut(|client| {
+            let row = client
+                .update(
+                    "SELECT success, result FROM pg_catalog.master_run_on_worker($1, $2, $3, false)",
+                    None,
+                    &[vec![host.clone()].into(), vec![port].into(), vec![command.clone()].into()],
+                )
+                .map_err(crate::transaction::spi_err)?
+                .first();
+            Ok((
+                row.get::<bool>(1)
+                    .map_err(crate::transaction::spi_err)?
+                    .unwrap_or(false),
+                row.get::<String>(2)
+                    .map_err(crate::transaction::spi_err)?
+                    .unwrap_or_default(),
+            ))
+        })
+    });
+    let (success, answer) = match result {
+        Ok(r) => r,
+        Err(e) => (false, e.message),
+    };
+    write_truncated(&slot.answer, &slot.answer_len, &answer);
+    slot.success.store(success as u32, SeqCst);
+    slot.answered.store(request, SeqCst);
+}
