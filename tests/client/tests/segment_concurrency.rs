@@ -7,6 +7,12 @@ use std::time::{Duration, Instant};
 const THREADS: usize = 8;
 const BATCH: i32 = 10_000;
 const PER_THREAD: usize = 100_000;
+/// 80,000 refills, each a transaction with a synchronous commit, by one
+/// worker: 134 s and 157 s in two runs on the 2-core CI machine, and a third
+/// was only at 90,000 IDs per thread after 151 s, so the default budget of
+/// 150 s failed the test by time alone. The budget only bounds the test; it
+/// is not a speed check.
+const BATCHED_BUDGET: Duration = Duration::from_secs(300);
 
 /// 8 threads x 100,000 IDs, in batches of 10,000 per statement, from a tag
 /// with step 10 (so the background worker refills all the time).
@@ -30,7 +36,7 @@ fn segment_batched_8x100k_no_duplicates() {
         while ids.len() < PER_THREAD {
             check_budget(
                 start,
-                TEST_BUDGET,
+                BATCHED_BUDGET,
                 &format!("thread {t} after {} IDs", ids.len()),
             );
             let rows = c
