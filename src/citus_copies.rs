@@ -325,32 +325,24 @@ pub fn renew_on_majority(
     ))
 }
 
-/// The highest mark of `worker_id` on any copy (each moved into `epoch`),
-/// read on every node: a claim that takes over a released row must issue
-/// above every lease its last holder was granted, and a majority may have
-/// granted one that this node's copy missed. Every copy must answer.
-pub fn highest_mark_of_every_copy(
+/// The highest mark of `worker_id` on the other nodes' copies (each moved
+/// into `epoch`), read on each node: a claim that takes over a released row
+/// must issue above every lease its last holder was granted, and a majority
+/// may have granted one that this node's copy (which the caller read)
+/// missed. Every copy must answer.
+pub fn highest_mark_on_other_copies(
     client: &mut SpiClient,
     copies: &Copies,
     worker_id: i64,
     epoch: i64,
 ) -> Result<i64, JobError> {
-    let read = |table: &str| {
-        format!(
-            "SELECT pg_catalog.concat_ws(',', w.last_timestamp, w.epoch_ms) FROM {table} w \
-             WHERE w.worker_id OPERATOR(pg_catalog.=) {worker_id}"
-        )
-    };
-    let mut answers = vec![
-        client
-            .select(&read(&copies.shard_table), None, &[])
-            .map_err(spi_err)?
-            .first()
-            .get::<String>(1)
-            .map_err(spi_err)?
-            .unwrap_or_default(),
-    ];
-    for answer in on_other_copies(client, copies, &read(&copies.shard_table))? {
+    let read = format!(
+        "SELECT pg_catalog.concat_ws(',', w.last_timestamp, w.epoch_ms) FROM {} w \
+         WHERE w.worker_id OPERATOR(pg_catalog.=) {worker_id}",
+        copies.shard_table
+    );
+    let mut answers = Vec::new();
+    for answer in on_other_copies(client, copies, &read)? {
         answers.push(answer.map_err(|failure| {
             JobError::new(
                 PgSqlErrorCode::ERRCODE_CONNECTION_FAILURE,

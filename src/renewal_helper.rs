@@ -13,6 +13,7 @@
 //! worker goes on with the others (a majority is enough).
 
 use crate::shmem::{Role, shared};
+use crate::worker::{pack_pair, unpack_pair};
 use pgrx::bgworkers::{
     BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
 };
@@ -93,10 +94,6 @@ impl CopySlot {
     }
 }
 
-fn pack(db: usize, slot: usize) -> pg_sys::Datum {
-    pg_sys::Datum::from((db as u64) | ((slot as u64) << 32))
-}
-
 /// Run `command` on every node of `others` (host, port), each through a
 /// helper of its own, and wait for the answers until `wait` has passed: per
 /// node, the statement's result, or "host:port: why not".
@@ -139,7 +136,7 @@ pub fn run_on_others(
             .set_type("leaf_id renewal helper")
             .set_library("leaf_id")
             .set_function("leaf_id_renewal_helper_main")
-            .set_argument(Some(pack(db, i)))
+            .set_argument(Some(pack_pair(db as u32, i as u32)))
             .enable_spi_access()
             .set_start_time(BgWorkerStartTime::RecoveryFinished)
             .set_restart_time(None)
@@ -189,8 +186,8 @@ pub fn run_on_others(
 
 #[pg_guard]
 unsafe extern "C-unwind" fn helper_exit(_code: i32, arg: pg_sys::Datum) {
-    let v = arg.value() as u64;
-    let (db, s) = ((v & 0xffff_ffff) as usize, (v >> 32) as usize);
+    let (db, s) = unpack_pair(arg);
+    let (db, s) = (db as usize, s as usize);
     if let Some(sh) = shared() {
         sh.db(db).copy_slots()[s].pid.store(0, SeqCst);
         let latch = sh.db(db).worker(Role::Snowflake).latch.load(SeqCst);
@@ -203,8 +200,8 @@ unsafe extern "C-unwind" fn helper_exit(_code: i32, arg: pg_sys::Datum) {
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn leaf_id_renewal_helper_main(arg: pg_sys::Datum) {
-    let v = arg.value() as u64;
-    let (db, s) = ((v & 0xffff_ffff) as usize, (v >> 32) as usize);
+    let (db, s) = unpack_pair(arg);
+    let (db, s) = (db as usize, s as usize);
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP);
     unsafe {
         // SIGTERM as for a backend (shutdown): the wait for an answer ends

@@ -10,7 +10,7 @@ use crate::segment::buffer::MAX_SEGMENT_LEN;
 use crate::segment::reserve::{self as local_reserve, NoRange, Reserve};
 use crate::segment::step::{PreviousRefill, StepPolicy};
 use crate::settings;
-use crate::shmem::{TagStatus, shared};
+use crate::shmem::{TagStatus, data_dir, shared};
 use crate::transaction::{JobError, explain_unreachable, in_transaction, spi_err};
 use crate::worker::WorkerContext;
 use pgrx::prelude::*;
@@ -52,12 +52,6 @@ fn alloc_table_oid(client: &mut pgrx::spi::SpiClient, schema: &str) -> Result<u3
                 "leaf_alloc has no OID",
             )
         })
-}
-
-/// The data directory, where the reserve files are.
-fn data_dir() -> std::path::PathBuf {
-    let dir = unsafe { std::ffi::CStr::from_ptr(pg_sys::DataDir) };
-    std::path::PathBuf::from(dir.to_string_lossy().into_owned())
 }
 
 fn reserve_io_error(e: std::io::Error) -> JobError {
@@ -438,8 +432,8 @@ impl SegmentJobs {
     }
 
     /// One round: the refills that are due (no new one once `budget` has
-    /// passed: the rest waits for the next round, after the snowflake
-    /// renewal), and the resync when it is due.
+    /// passed: the rest waits for the next round, after the worker has
+    /// looked at a terminate or reload), and the resync when it is due.
     pub fn run(&mut self, ctx: &mut WorkerContext, budget: Duration) {
         self.refill_all_needed(ctx, Instant::now() + budget);
         let interval = Duration::from_secs(settings::TAG_RESYNC_INTERVAL.get() as u64);
@@ -516,8 +510,16 @@ impl SegmentJobs {
         let reserve_first = self
             .citus_failed_at
             .is_some_and(|t| t.elapsed() < RESERVE_FIRST_FOR);
+        // a reserve that cannot serve (used up, or its file not written)
+        // leaves the refill to Citus
         let from_reserve_first = if reserve_first {
-            self.from_reserve(ctx.dboid, &tag, known_step)
+            match self.from_reserve(ctx.dboid, &tag, known_step) {
+                Some(Err(e)) => {
+                    warn_reserve_failed(&tag, &e);
+                    None
+                }
+                got => got,
+            }
         } else {
             None
         };
@@ -570,11 +572,7 @@ impl SegmentJobs {
                         Ok(r)
                     }
                     Some(Err(reserve_error)) => {
-                        pgrx::warning!(
-                            "leaf_id: the segment reserve could not serve tag \"{}\": {}",
-                            tag,
-                            reserve_error.message
-                        );
+                        warn_reserve_failed(&tag, &reserve_error);
                         Err(e)
                     }
                     None => Err(e),
@@ -711,14 +709,20 @@ impl SegmentJobs {
     }
 }
 
+fn warn_reserve_failed(tag: &str, e: &JobError) {
+    pgrx::warning!(
+        "leaf_id: the segment reserve could not serve tag \"{}\": {}",
+        tag,
+        e.message
+    );
+}
+
 /// Errors after which a refill may come from the reserve: a node with a
 /// copy of leaf_alloc unreachable (class 08), or a lock not granted in time
 /// (55P03: another node's refill that waits for a node that hangs holds the
 /// shard).
 fn reserve_may_serve(e: &JobError) -> bool {
-    let class = e.sqlstate & ((1 << 12) - 1);
-    class == code_of(PgSqlErrorCode::ERRCODE_CONNECTION_EXCEPTION)
-        || e.sqlstate == code_of(PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE)
+    e.is_connection_exception() || e.sqlstate == code_of(PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE)
 }
 
 /// Catalogs of 0.1.0 have no leaf_alloc_tuning: there the step is not

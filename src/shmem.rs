@@ -77,7 +77,6 @@ pub enum Role {
 }
 
 impl Role {
-    pub const ALL: [Role; 2] = [Role::Segment, Role::Snowflake];
     pub fn from_index(i: usize) -> Role {
         if i == Role::Snowflake as usize {
             Role::Snowflake
@@ -374,15 +373,19 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
     }
 }
 
+/// The data directory (the owner file and the segment reserve files).
+pub fn data_dir() -> std::path::PathBuf {
+    let dir = unsafe { std::ffi::CStr::from_ptr(pg_sys::DataDir) };
+    std::path::PathBuf::from(dir.to_string_lossy().into_owned())
+}
+
 /// The token this lifetime holds its worker ids under: the previous
 /// lifetime's after a restart of the same data directory (`owner_file`),
 /// else a new random one.
 unsafe fn owner_token_for_this_lifetime() -> i64 {
     let fresh = unsafe { new_owner_token() };
-    let data_dir = unsafe { std::ffi::CStr::from_ptr(pg_sys::DataDir) };
-    let data_dir = std::path::Path::new(data_dir.to_str().unwrap_or("."));
     let (token, outcome) = crate::owner_file::token_for_this_lifetime(
-        data_dir,
+        &data_dir(),
         unsafe { pg_sys::PostPortNumber },
         unsafe { pg_sys::GetSystemIdentifier() },
         fresh,

@@ -242,7 +242,7 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
             if wrote_registry
                 && let Some(copies) = crate::citus_copies::of_worker_registry(client, schema)?
             {
-                mark = mark.max(crate::citus_copies::highest_mark_of_every_copy(
+                mark = mark.max(crate::citus_copies::highest_mark_on_other_copies(
                     client, &copies, id, epoch,
                 )?);
             }

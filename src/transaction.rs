@@ -32,6 +32,11 @@ impl JobError {
             message: message.into(),
         }
     }
+
+    /// Class 08: a connection (on Citus, to another node) failed.
+    pub(crate) fn is_connection_exception(&self) -> bool {
+        self.sqlstate & ((1 << 12) - 1) == code_of(PgSqlErrorCode::ERRCODE_CONNECTION_EXCEPTION)
+    }
 }
 
 pub(crate) fn spi_err(e: pgrx::spi::SpiError) -> JobError {
@@ -45,8 +50,7 @@ pub(crate) fn spi_err(e: pgrx::spi::SpiError) -> JobError {
 /// first line of the original message (the recorded message is cut at 256
 /// bytes); the SQLSTATE stays. Other errors pass unchanged.
 pub(crate) fn explain_unreachable(e: JobError, job: &str, table: &str) -> JobError {
-    let class = e.sqlstate & ((1 << 12) - 1);
-    if class != code_of(PgSqlErrorCode::ERRCODE_CONNECTION_EXCEPTION) {
+    if !e.is_connection_exception() {
         return e;
     }
     let cause = e.message.lines().next().unwrap_or("").trim_end();
@@ -164,7 +168,8 @@ pub fn renewal_wait_ms() -> i64 {
 /// the workers keep no connections between transactions (a new connection
 /// cannot hang longer than the connect timeout) and connect with a short
 /// timeout. (A statement already running on a node at the instant it hangs
-/// still waits: that is why renewals have a worker of their own.)
+/// still waits: that is why renewals have a worker of their own, and send
+/// their statements through helpers, `renewal_helper`.)
 fn bound_citus_waits() {
     if !citus_loaded() {
         return; // no Citus in this server

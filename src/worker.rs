@@ -27,15 +27,25 @@ use pgrx::prelude::*;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
-/// The worker's argument: its database (an OID or a slot index) and its
-/// mode, in one Datum.
+/// Two numbers in one Datum: a background worker's argument (and its exit
+/// callback's), such as a database and a mode.
+pub(crate) fn pack_pair(low: u32, high: u32) -> pg_sys::Datum {
+    pg_sys::Datum::from((low as u64) | ((high as u64) << 32))
+}
+
+pub(crate) fn unpack_pair(arg: pg_sys::Datum) -> (u32, u32) {
+    let v = arg.value() as u64;
+    (v as u32, (v >> 32) as u32)
+}
+
+/// The worker's argument: its database (an OID or a slot index) and its mode.
 fn pack(what: u32, role: Role) -> pg_sys::Datum {
-    pg_sys::Datum::from((what as u64) | ((role as u64) << 32))
+    pack_pair(what, role as u32)
 }
 
 fn unpack(arg: pg_sys::Datum) -> (u32, Role) {
-    let v = arg.value() as u64;
-    (v as u32, Role::from_index((v >> 32) as usize))
+    let (what, role) = unpack_pair(arg);
+    (what, Role::from_index(role as usize))
 }
 
 /// Register a dynamic background worker of this mode for the database.

@@ -29,7 +29,7 @@ use Test::More;
 use IPC::Run;
 use Time::HiRes qw(time usleep);
 use CitusTap;
-use SegmentTap qw(try_sql session session_query start_client finish_clients client_ids wait_until);
+use SegmentTap qw(try_sql start_client finish_clients client_ids wait_until);
 
 # no segment reserve (leaf_id.citus_reserve = 0): what a node has without it,
 # its two cached segments (210 tests the reserve)
@@ -49,12 +49,8 @@ sleep 2;
 
 # --- a refill of the coordinator waits on worker2 --------------------------------
 $coord->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) VALUES ('inflight', 10)});
-my $shard = $w2->safe_psql('postgres',
-	q{SELECT shard_name('leaf_alloc'::regclass, shardid) FROM pg_dist_shard WHERE logicalrelid = 'leaf_alloc'::regclass});
-my $holder = session($w2, 'postgres');
-my (undef, $herr) = session_query($holder,
-	"BEGIN; SET LOCAL citus.enable_manual_changes_to_shards = on; UPDATE $shard SET step = step WHERE biz_tag = 'inflight';");
-is($herr, '', "premise: a session on worker2 holds the row 'inflight' of its copy ($shard)");
+my ($holder, $herr) = hold_shard_row($w2, 'leaf_alloc', q{biz_tag = 'inflight'});
+is($herr, '', "premise: a session on worker2 holds the row 'inflight' of its copy");
 my $inflight = start_client($coord, 'postgres', 'inflight',
 	"\\set VERBOSITY verbose\nSET leaf_id.refill_timeout = 3000;\nSELECT leaf_segment_next('inflight');\n");
 ok( wait_until(
@@ -67,11 +63,9 @@ ok( wait_until(
 	"premise: the coordinator's refill of 'inflight' waits on worker2");
 
 # --- worker2 hangs ---------------------------------------------------------------
-my $pid = $w2->{_pid};
-my @pids = ($pid, map { /(\d+)/ ? $1 : () } split /\n/, `ps -o pid= --ppid $pid`);
-cmp_ok(scalar @pids, '>', 1, 'premise: worker2\'s postmaster and its children are found');
 my $t_stop = time;
-kill 'STOP', @pids;
+my @pids = stop_node($w2);
+cmp_ok(scalar @pids, '>', 1, 'premise: worker2\'s postmaster and its children are found');
 sleep 12;
 my $t_after = time;
 for my $s (@survivors)
@@ -105,7 +99,7 @@ is(scalar(client_ids($inflight)), 0, '... and gets no ID');
 # --- worker2 goes on ---------------------------------------------------------
 kill 'CONT', @pids;
 my $t_cont = time;
-session_query($holder, 'ROLLBACK');
+$holder->query('ROLLBACK');
 $holder->quit;
 for my $s (@survivors)
 {

@@ -33,8 +33,7 @@ my $id = $wid{worker1};
 isnt($wid{worker2}, $id, 'premise: worker1 and worker2 hold different worker ids');
 $_->safe_psql('postgres', DRAWLOG_SQL) for ($w1, $w2);
 
-my $shard = $w2->safe_psql('postgres',
-	q{SELECT shard_name('leaf_worker'::regclass, shardid) FROM pg_dist_shard WHERE logicalrelid = 'leaf_worker'::regclass});
+my $shard = shard_of($w2, 'leaf_worker');
 my $mark_on = sub {
 	my ($node) = @_;
 	return $node->safe_psql('postgres', "SELECT last_timestamp FROM $shard WHERE worker_id = $id");

@@ -22,25 +22,20 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 use CitusTap;
-use SegmentTap qw(session session_query wait_until);
+use SegmentTap qw(wait_until);
 
 my ($coord, $w1, $w2) = citus_cluster(conf => "leaf_id.refill_timeout = 3000\n");
 my %wid = map { $_->name => leaf_worker_id_of($_) } ($coord, $w1, $w2);
 $_->safe_psql('postgres', DRAWLOG_SQL) for ($coord, $w1, $w2);
 my @survivors = ([ $coord, 'coord' ], [ $w1, 'w1' ]);
 
-my $shard = $w2->safe_psql('postgres',
-	q{SELECT shard_name('leaf_worker'::regclass, shardid) FROM pg_dist_shard WHERE logicalrelid = 'leaf_worker'::regclass});
-my $holder = session($w2, 'postgres');
-my (undef, $herr) = session_query($holder,
-	"BEGIN; SET LOCAL citus.enable_manual_changes_to_shards = on; UPDATE $shard SET heartbeat_at = heartbeat_at WHERE worker_id = $wid{coord};");
-is($herr, '', "premise: a session on worker2 holds the coordinator's row in worker2's copy ($shard)");
+my ($holder, $herr) = hold_shard_row($w2, 'leaf_worker', "worker_id = $wid{coord}");
+is($herr, '', "premise: a session on worker2 holds the coordinator's row in worker2's copy");
 start_drawing($_->[0], "$_->[1]_snow", 'snowflake') for @survivors;
 
 # --- worker2 hangs while a renewal of the coordinator waits there ----------------
-# the postmaster first (no new backend after it), then its children: the
-# renewal's backend is a new connection, forked for each renewal
-my $pid = $w2->{_pid};
+# the renewal's backend on worker2 is a new connection, forked for each
+# renewal (stop_node stops the postmaster before it lists its children)
 my @pids;
 my $waiting_sql =
   q{SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%leaf_worker%'};
@@ -49,9 +44,7 @@ for (1 .. 200)
 {
 	if ($w2->safe_psql('postgres', $waiting_sql) ne '0')
 	{
-		kill 'STOP', $pid;
-		@pids = ($pid, map { /(\d+)/ ? $1 : () } split /\n/, `ps -o pid= --ppid $pid`);
-		kill 'STOP', @pids;
+		@pids = stop_node($w2);
 		$stopped = 1;
 		last;
 	}
@@ -74,7 +67,7 @@ for my $s (@survivors)
 
 # --- worker2 goes on -------------------------------------------------------------
 kill 'CONT', @pids;
-session_query($holder, 'ROLLBACK');
+$holder->query('ROLLBACK');
 $holder->quit;
 my $t_cont = time;
 sleep 3;

@@ -23,6 +23,7 @@ our @EXPORT = qw(
   citus_node citus_cluster add_citus_node node_label
   run_sessions leaf_worker_id_of start_after_kill9
   DRAWLOG_SQL start_drawing stop_drawing summary first_ok_after
+  shard_of hold_shard_row stop_node
 );
 
 # The one documented set-up statement, run on the coordinator after
@@ -243,6 +244,46 @@ FROM drawlog WHERE session = '$session' AND t >= $from AND t < $to});
 	my @f = split /\|/, $row, 6;
 	return { ok => $f[0], last_ok => $f[1], first_err => $f[2], errors => $f[3], max_err_ms => $f[4],
 		states => $f[5] };
+}
+
+# The node's copy of leaf_id's reference table $table: its shard's name.
+sub shard_of
+{
+	my ($node, $table) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT shard_name('$table'::regclass, shardid) FROM pg_dist_shard WHERE logicalrelid = '$table'::regclass");
+}
+
+# A session on $node that holds the rows of its copy of $table matching
+# $where (an UPDATE that changes nothing, in an open transaction), so that
+# writes of those rows from other nodes wait there. Returns the session
+# (a background psql; ROLLBACK and quit it to let go) and the error of the
+# UPDATE ('' if none).
+sub hold_shard_row
+{
+	my ($node, $table, $where) = @_;
+	my $shard = shard_of($node, $table);
+	my $key = { leaf_alloc => 'biz_tag', leaf_worker => 'worker_id' }->{$table};
+	my $s = $node->background_psql('postgres', on_error_stop => 0, timeout => 120);
+	$s->query("BEGIN; SET LOCAL citus.enable_manual_changes_to_shards = on; "
+		  . "UPDATE $shard SET $key = $key WHERE $where;");
+	my $err = $s->{stderr};
+	$s->{stderr} = '';
+	return ($s, $err);
+}
+
+# Stop every process of $node (SIGSTOP), as a network partition would: its
+# port still accepts connections and nothing answers. The postmaster first,
+# so that no backend is forked after its children are listed. Returns the
+# pids (kill 'CONT' to resume).
+sub stop_node
+{
+	my ($node) = @_;
+	my $pid = $node->{_pid};
+	kill 'STOP', $pid;
+	my @pids = ($pid, map { /(\d+)/ ? $1 : () } split /\n/, `ps -o pid= --ppid $pid`);
+	kill 'STOP', @pids;
+	return @pids;
 }
 
 # The first success at or after $from, 0 if none.
