@@ -8,6 +8,7 @@
 //! A copy that is not this node's row and token raises (the guard of
 //! `guard_api`), so it does not count.
 
+use crate::runtime::worker_sql::{self as sql, Schema, Shard, Table};
 use crate::snowflake::quorum;
 use crate::transaction::{JobError, spi_err};
 use pgrx::prelude::*;
@@ -15,8 +16,8 @@ use pgrx::spi::SpiClient;
 
 /// Where the copies of a reference table (`leaf_worker`, `leaf_alloc`) are.
 pub struct Copies {
-    /// This node's copy (the reference table's shard), schema-qualified.
-    shard_table: String,
+    /// This node's copy (the reference table's shard).
+    shard: Shard,
     /// The other nodes holding a copy: (host, port).
     others: Vec<(String, i32)>,
 }
@@ -26,8 +27,8 @@ impl Copies {
         1 + self.others.len()
     }
     /// This node's copy: the shard table, read without Citus.
-    pub fn shard_table(&self) -> &str {
-        &self.shard_table
+    pub fn shard(&self) -> &Shard {
+        &self.shard
     }
 }
 
@@ -36,45 +37,26 @@ impl Copies {
 /// Citus table is written through Citus).
 pub fn of_worker_registry(
     client: &mut SpiClient,
-    schema: &str,
+    schema: &Schema,
 ) -> Result<Option<Copies>, JobError> {
-    of_reference_table(client, schema, "leaf_worker")
+    of_reference_table(client, schema, Table::Worker)
 }
 
 /// The copies of leaf_id's `table` when it is a Citus reference table with a
 /// copy on this node; None otherwise.
 pub fn of_reference_table(
     client: &mut SpiClient,
-    schema: &str,
-    table: &str,
+    schema: &Schema,
+    table: Table,
 ) -> Result<Option<Copies>, JobError> {
-    let citus = select_bool(
-        client,
-        "SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_shard') IS NOT NULL \
-         AND pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL \
-         AND pg_catalog.to_regclass('pg_catalog.pg_dist_local_group') IS NOT NULL",
-    )?;
-    if !citus {
+    if !select_bool(client, sql::CITUS_METADATA_PRESENT, &[])? {
         return Ok(None);
     }
+    let Some(oid) = sql::table_oid(client, schema, table)? else {
+        return Ok(None);
+    };
     let rows = client
-        .select(
-            &format!(
-                "SELECT s.shardid, n.nodename::pg_catalog.text, n.nodeport, \
-                 n.groupid OPERATOR(pg_catalog.=) (SELECT groupid FROM pg_catalog.pg_dist_local_group) \
-                 FROM pg_catalog.pg_dist_shard s \
-                 JOIN pg_catalog.pg_dist_placement p ON p.shardid OPERATOR(pg_catalog.=) s.shardid \
-                 JOIN pg_catalog.pg_dist_node n ON n.groupid OPERATOR(pg_catalog.=) p.groupid \
-                 AND n.noderole OPERATOR(pg_catalog.=) 'primary' \
-                 WHERE s.logicalrelid OPERATOR(pg_catalog.=) '{schema}.{table}'::pg_catalog.regclass \
-                 AND EXISTS (SELECT FROM pg_catalog.pg_dist_partition d \
-                   WHERE d.logicalrelid OPERATOR(pg_catalog.=) s.logicalrelid \
-                   AND d.partmethod OPERATOR(pg_catalog.=) 'n' AND d.repmodel OPERATOR(pg_catalog.=) 't') \
-                 ORDER BY n.nodename, n.nodeport"
-            ),
-            None,
-            &[],
-        )
+        .select(sql::REFERENCE_TABLE_PLACEMENTS, None, &[oid.into()])
         .map_err(spi_err)?;
     let mut shard = None;
     let mut own = false;
@@ -92,7 +74,7 @@ pub fn of_reference_table(
     }
     Ok(match (shard, own) {
         (Some(id), true) => Some(Copies {
-            shard_table: format!("{schema}.{table}_{id}"),
+            shard: schema.shard(table, id),
             others,
         }),
         // no copy here (or no table placement at all): write through Citus
@@ -131,9 +113,13 @@ fn note_degraded(worker_id: i64, took: usize, copies: usize, failures: &[String]
 }
 
 /// A query's one boolean (NULL: false).
-fn select_bool(client: &mut SpiClient, sql: &str) -> Result<bool, JobError> {
+fn select_bool(
+    client: &mut SpiClient,
+    query: &str,
+    args: &[pgrx::datum::DatumWithOid],
+) -> Result<bool, JobError> {
     Ok(client
-        .select(sql, None, &[])
+        .select(query, None, args)
         .map_err(spi_err)?
         .first()
         .get::<bool>(1)
@@ -142,34 +128,21 @@ fn select_bool(client: &mut SpiClient, sql: &str) -> Result<bool, JobError> {
 }
 
 /// Whether `table` (of leaf_id's schema) is a Citus table.
-pub fn is_citus_table(client: &mut SpiClient, schema: &str, table: &str) -> Result<bool, JobError> {
+pub fn is_citus_table(
+    client: &mut SpiClient,
+    schema: &Schema,
+    table: Table,
+) -> Result<bool, JobError> {
     if !crate::transaction::citus_loaded() {
         return Ok(false); // no query on every refill of a server without Citus
     }
-    if !select_bool(
-        client,
-        "SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL",
-    )? {
+    if !select_bool(client, sql::CITUS_PARTITIONS_PRESENT, &[])? {
         return Ok(false);
     }
-    select_bool(
-        client,
-        &format!(
-            "SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition \
-             WHERE logicalrelid OPERATOR(pg_catalog.=) '{schema}.{table}'::pg_catalog.regclass)"
-        ),
-    )
-}
-
-/// A string as an SQL literal that reads the same whatever
-/// standard_conforming_strings is.
-fn sql_literal(s: &str) -> String {
-    let q = s.replace('\'', "''");
-    if s.contains('\\') {
-        format!("E'{}'", q.replace('\\', "\\\\"))
-    } else {
-        format!("'{q}'")
-    }
+    let Some(oid) = sql::table_oid(client, schema, table)? else {
+        return Ok(false);
+    };
+    select_bool(client, sql::IS_CITUS_TABLE, &[oid.into()])
 }
 
 /// Run `command` on every other node's copy, each in a transaction of its own
@@ -189,8 +162,7 @@ fn on_other_copies(
     let commands = vec![command.to_string(); hosts.len()];
     let results = client
         .update(
-            "SELECT node_name, node_port, success, result \
-             FROM pg_catalog.master_run_on_worker($1, $2, $3, true)",
+            sql::RUN_ON_WORKERS_PARALLEL,
             None,
             &[hosts.into(), ports.into(), commands.into()],
         )
@@ -212,28 +184,6 @@ fn on_other_copies(
     Ok(answers)
 }
 
-/// The renewal of one copy: raise (do not count) unless it is this node's
-/// row with this token.
-fn renewal_sql(
-    table: &str,
-    schema: &str,
-    worker_id: i64,
-    node: &str,
-    token: i64,
-    mark: i64,
-    epoch: i64,
-) -> String {
-    format!(
-        "UPDATE {table} SET last_timestamp = \
-         CASE WHEN node_name OPERATOR(pg_catalog.=) {node} AND owner_token OPERATOR(pg_catalog.=) {token} \
-         THEN GREATEST(last_timestamp, {mark}) \
-         ELSE {schema}.leaf_id_worker_row_conflict(worker_id, node_name, owner_token) END, \
-         epoch_ms = {epoch}, heartbeat_at = pg_catalog.now() \
-         WHERE worker_id OPERATOR(pg_catalog.=) {worker_id}",
-        node = sql_literal(node),
-    )
-}
-
 /// Renew the mark of `worker_id` to at least `mark` on this node's copy (in
 /// the caller's transaction, committed by it) and on every other copy (each
 /// committed on its own): Ok when a majority holds it.
@@ -241,7 +191,7 @@ fn renewal_sql(
 pub fn renew_on_majority(
     client: &mut SpiClient,
     db: usize,
-    schema: &str,
+    schema: &Schema,
     copies: &Copies,
     worker_id: i64,
     node: &str,
@@ -250,24 +200,25 @@ pub fn renew_on_majority(
     epoch: i64,
     remote_lock_timeout_ms: i64,
 ) -> Result<(), JobError> {
-    let update = renewal_sql(
-        &copies.shard_table,
-        schema,
-        worker_id,
-        node,
-        token,
-        mark,
-        epoch,
-    );
     // this node's copy first: if it is not ours (55006), nothing else is
     client
-        .update(
-            "SELECT pg_catalog.set_config('citus.enable_manual_changes_to_shards', 'on', true)",
-            None,
-            &[],
-        )
+        .update(sql::ALLOW_SHARD_WRITES, None, &[])
         .map_err(spi_err)?;
-    let own = client.update(&update, None, &[]).map_err(spi_err)?.len() == 1;
+    let own = client
+        .update(
+            &sql::shard_worker_renew(schema, &copies.shard),
+            None,
+            &[
+                mark.into(),
+                (worker_id as i32).into(),
+                node.into(),
+                epoch.into(),
+                token.into(),
+            ],
+        )
+        .map_err(spi_err)?
+        .len()
+        == 1;
     if !own {
         return Err(JobError::new(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
@@ -278,15 +229,22 @@ pub fn renew_on_majority(
     }
     let mut acks = 0;
     let mut failures = Vec::new();
-    let command = format!(
-        "DO $leaf_id$ BEGIN \
-         PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true); \
-         PERFORM pg_catalog.set_config('lock_timeout', '{remote_lock_timeout_ms}', true); \
-         PERFORM pg_catalog.set_config('citus.enable_manual_changes_to_shards', 'on', true); \
-         {update}; \
-         IF NOT FOUND THEN RAISE EXCEPTION 'no leaf_worker row of worker id {worker_id} on this node' \
-         USING ERRCODE = '55000'; END IF; END $leaf_id$"
-    );
+    let (schema_name, shard_name) = sql::remote_names(schema, &copies.shard);
+    let command = sql::build_on_server(
+        client,
+        sql::BUILD_REMOTE_RENEWAL,
+        &[
+            remote_lock_timeout_ms.to_string().into(),
+            schema_name.into(),
+            shard_name.into(),
+            node.into(),
+            token.into(),
+            mark.into(),
+            epoch.into(),
+            (worker_id as i32).into(),
+            format!("no leaf_worker row of worker id {worker_id} on this node").into(),
+        ],
+    )?;
     // each other copy through a helper process of its own, so that a node
     // that hangs with the statement in flight holds only that helper
     for answer in crate::renewal_helper::run_on_others(
@@ -332,15 +290,21 @@ pub fn renew_on_majority(
 /// missed. Every copy must answer.
 pub fn highest_mark_on_other_copies(
     client: &mut SpiClient,
+    schema: &Schema,
     copies: &Copies,
     worker_id: i64,
     epoch: i64,
 ) -> Result<i64, JobError> {
-    let read = format!(
-        "SELECT pg_catalog.concat_ws(',', w.last_timestamp, w.epoch_ms) FROM {} w \
-         WHERE w.worker_id OPERATOR(pg_catalog.=) {worker_id}",
-        copies.shard_table
-    );
+    let (schema_name, shard_name) = sql::remote_names(schema, &copies.shard);
+    let read = sql::build_on_server(
+        client,
+        sql::BUILD_REMOTE_MARK_READ,
+        &[
+            schema_name.into(),
+            shard_name.into(),
+            (worker_id as i32).into(),
+        ],
+    )?;
     let mut answers = Vec::new();
     for answer in on_other_copies(client, copies, &read)? {
         answers.push(answer.map_err(|failure| {
@@ -362,19 +326,4 @@ pub fn highest_mark_on_other_copies(
         })
         .max()
         .unwrap_or(0))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::sql_literal;
-
-    #[test]
-    fn literals_cannot_end_early() {
-        assert_eq!(sql_literal("node a"), "'node a'");
-        assert_eq!(
-            sql_literal("a'; DROP TABLE x; --"),
-            "'a''; DROP TABLE x; --'"
-        );
-        assert_eq!(sql_literal("a\\'b"), "E'a\\\\''b'");
-    }
 }

@@ -20,6 +20,7 @@ pub mod errors;
 pub mod guard_api;
 pub mod owner_file;
 pub mod renewal_helper;
+pub mod runtime;
 pub mod segment;
 pub mod segment_api;
 pub mod segment_worker;

@@ -6,6 +6,7 @@
 use crate::backend::database_exists;
 use crate::clock::unix_us;
 use crate::errors::code_of;
+use crate::runtime::worker_sql::{self as sql, Schema, Table};
 use crate::segment::buffer::MAX_SEGMENT_LEN;
 use crate::segment::reserve::{self as local_reserve, NoRange, Reserve};
 use crate::segment::step::{PreviousRefill, StepPolicy};
@@ -34,22 +35,13 @@ struct Reserved {
 }
 
 /// leaf_alloc's OID (the reserve is bound to the table it came from).
-fn alloc_table_oid(client: &mut pgrx::spi::SpiClient, schema: &str) -> Result<u32, JobError> {
-    client
-        .select(
-            &format!("SELECT '{schema}.leaf_alloc'::pg_catalog.regclass::pg_catalog.oid"),
-            None,
-            &[],
-        )
-        .map_err(spi_err)?
-        .first()
-        .get::<pg_sys::Oid>(1)
-        .map_err(spi_err)?
+fn alloc_table_oid(client: &mut pgrx::spi::SpiClient, schema: &Schema) -> Result<u32, JobError> {
+    sql::table_oid(client, schema, Table::Alloc)?
         .map(|o| o.to_u32())
         .ok_or_else(|| {
             JobError::new(
                 PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
-                "leaf_alloc has no OID",
+                "leaf_id's leaf_alloc is not in the extension's schema",
             )
         })
 }
@@ -66,7 +58,7 @@ fn reserve_io_error(e: std::io::Error) -> JobError {
 /// (`reserved_end`): a row deleted and inserted again, or a `max_id` moved
 /// back, cannot make a range overlap one already handed to callers.
 fn reserve(
-    schema: &str,
+    schema: &Schema,
     tag: &str,
     reserved_end: i64,
     policy: StepPolicy,
@@ -81,24 +73,11 @@ fn reserve(
         // max_id it returns is the latest one (a stale read there reserved
         // one range on two nodes).
         let row = client
-            .update(
-                &format!(
-                    "UPDATE {schema}.leaf_alloc SET update_time = pg_catalog.now() \
-                     WHERE biz_tag OPERATOR(pg_catalog.=) $1 RETURNING max_id, step"
-                ),
-                None,
-                &[tag.into()],
-            )
+            .update(&sql::alloc_lock_row(schema), None, &[tag.into()])
             .map_err(spi_err)?;
         if row.is_empty() {
             let exists = client
-                .select(
-                    &format!(
-                        "SELECT 1 FROM {schema}.leaf_alloc WHERE biz_tag OPERATOR(pg_catalog.=) $1"
-                    ),
-                    None,
-                    &[tag.into()],
-                )
+                .select(&sql::alloc_row_exists(schema), None, &[tag.into()])
                 .map_err(spi_err)?
                 .len()
                 > 0;
@@ -155,7 +134,7 @@ fn reserve(
         // on Citus, top this server's reserve up to leaf_id.citus_reserve
         // segments of this step, in the same reservation
         let citus_oid = if !crate::transaction::catalog_is_legacy()
-            && crate::citus_copies::is_citus_table(client, schema, "leaf_alloc")?
+            && crate::citus_copies::is_citus_table(client, schema, Table::Alloc)?
         {
             Some(alloc_table_oid(client, schema)?)
         } else {
@@ -188,35 +167,16 @@ fn reserve(
         // the row is locked (above): every copy of it must still say
         // `max_id`, or the statement fails (guard_api; a 0.1.0 catalog has
         // no guard function and matches in the WHERE clause)
-        let set_max_id = if crate::transaction::catalog_is_legacy() {
-            "$2 WHERE biz_tag OPERATOR(pg_catalog.=) $1 AND max_id OPERATOR(pg_catalog.=) $3"
-                .to_string()
-        } else {
-            format!(
-                "CASE WHEN max_id OPERATOR(pg_catalog.=) $3 THEN $2 \
-                 ELSE {schema}.leaf_id_alloc_row_conflict(biz_tag, max_id) END \
-                 WHERE biz_tag OPERATOR(pg_catalog.=) $1"
-            )
-        };
         let updated = client
             .update(
-                &format!(
-                    "UPDATE {schema}.leaf_alloc SET update_time = pg_catalog.now(), max_id = {set_max_id} \
-                     RETURNING max_id"
-                ),
+                &sql::alloc_record_end(schema, crate::transaction::catalog_is_legacy()),
                 None,
                 &[tag.into(), end.into(), max_id.into()],
             )
             .map_err(spi_err)?;
         let returned: Vec<Option<i64>> = updated.map(|r| r.get::<i64>(1).ok().flatten()).collect();
         let recorded = client
-            .select(
-                &format!(
-                    "SELECT max_id FROM {schema}.leaf_alloc WHERE biz_tag OPERATOR(pg_catalog.=) $1"
-                ),
-                None,
-                &[tag.into()],
-            )
+            .select(&sql::alloc_max_id(schema), None, &[tag.into()])
             .map_err(spi_err)?
             .map(|r| r.get::<i64>(1).ok().flatten())
             .collect::<Vec<_>>();
@@ -246,28 +206,21 @@ fn reserve(
 /// reserved from. The reserve file is written before the commit, so its
 /// range is never handed out twice, at worst lost.
 fn take_from_reserve(
-    schema: &str,
+    schema: &Schema,
     dboid: u32,
     tag: &str,
     previous_step: Option<i64>,
     kept: &mut Reserve,
 ) -> Result<Option<Reserved>, JobError> {
     Spi::connect_mut(|client| {
-        let Some(copies) = crate::citus_copies::of_reference_table(client, schema, "leaf_alloc")?
+        let Some(copies) = crate::citus_copies::of_reference_table(client, schema, Table::Alloc)?
         else {
             return Ok(None);
         };
         let oid = alloc_table_oid(client, schema)?;
         // this node's copy, read without Citus
         let row = client
-            .select(
-                &format!(
-                    "SELECT max_id, step FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) $1",
-                    copies.shard_table()
-                ),
-                None,
-                &[tag.into()],
-            )
+            .select(&sql::shard_alloc_row(copies.shard()), None, &[tag.into()])
             .map_err(spi_err)?;
         let (max_id, table_step) = match row.into_iter().next() {
             Some(r) => (
@@ -526,7 +479,7 @@ impl SegmentJobs {
         let served_by_reserve = from_reserve_first.is_some();
         let result = from_reserve_first.unwrap_or_else(|| {
             in_transaction(|schema| {
-                tuning = has_tuning_table();
+                tuning = !crate::transaction::catalog_is_legacy();
                 let tuned = match previous {
                     None if tuning => read_tuned_step(schema, &tag)?,
                     _ => None,
@@ -668,11 +621,7 @@ impl SegmentJobs {
         let tags = in_transaction(|schema| {
             Spi::connect(|client| {
                 let rows = client
-                    .select(
-                        &format!("SELECT biz_tag FROM {schema}.leaf_alloc"),
-                        None,
-                        &[],
-                    )
+                    .select(&sql::alloc_tags(schema), None, &[])
                     .map_err(spi_err)?;
                 Ok(rows
                     .filter_map(|r| r.get::<String>(1).ok().flatten())
@@ -725,23 +674,11 @@ fn reserve_may_serve(e: &JobError) -> bool {
     e.is_connection_exception() || e.sqlstate == code_of(PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE)
 }
 
-/// Catalogs of 0.1.0 have no leaf_alloc_tuning: there the step is not
-/// persisted (a restart starts from the table's step, as 0.1.0 did).
-fn has_tuning_table() -> bool {
-    crate::transaction::installed_extension().is_some_and(|(_, version)| version != "0.1.0")
-}
-
 /// The step the tag's refills used before this server lifetime (Leaf #111).
-fn read_tuned_step(schema: &str, tag: &str) -> Result<Option<i64>, JobError> {
+fn read_tuned_step(schema: &Schema, tag: &str) -> Result<Option<i64>, JobError> {
     Spi::connect(|client| {
         let rows = client
-            .select(
-                &format!(
-                    "SELECT tuned_step FROM {schema}.leaf_alloc_tuning WHERE biz_tag OPERATOR(pg_catalog.=) $1"
-                ),
-                None,
-                &[tag.into()],
-            )
+            .select(&sql::tuned_step(schema), None, &[tag.into()])
             .map_err(spi_err)?;
         Ok(rows
             .filter_map(|r| r.get::<i32>(1).ok().flatten())
@@ -759,11 +696,7 @@ fn save_tuned_step(tag: &str, step: i64) {
         Spi::connect_mut(|client| {
             client
                 .update(
-                    &format!(
-                        "INSERT INTO {schema}.leaf_alloc_tuning AS t (biz_tag, tuned_step, update_time) \
-                         VALUES ($1, $2, pg_catalog.now()) ON CONFLICT (biz_tag) DO UPDATE \
-                         SET tuned_step = EXCLUDED.tuned_step, update_time = pg_catalog.now()"
-                    ),
+                    &sql::save_tuned_step(schema),
                     None,
                     &[tag.into(), step.into()],
                 )

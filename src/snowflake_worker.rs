@@ -10,6 +10,7 @@
 
 use crate::clock::clock_ms;
 use crate::errors::code_of;
+use crate::runtime::worker_sql::{self as sql, Schema, Table};
 use crate::settings;
 use crate::shmem::{SnowflakeState, shared};
 use crate::snowflake::claim::{self, ClaimPlan, OwnRow, RegistryRow, Take};
@@ -23,15 +24,9 @@ use std::time::{Duration, Instant};
 /// The registry, read with a fresh snapshot (an `update` call: a read-only
 /// SPI query would reuse the transaction's first snapshot, and the claim
 /// reads again after waiting).
-fn registry(client: &mut SpiClient, schema: &str) -> Result<Vec<RegistryRow>, JobError> {
+fn registry(client: &mut SpiClient, schema: &Schema) -> Result<Vec<RegistryRow>, JobError> {
     let rows = client
-        .update(
-            &format!(
-                "SELECT worker_id, node_name, owner_token, last_timestamp FROM {schema}.leaf_worker"
-            ),
-            None,
-            &[],
-        )
+        .update(&sql::worker_registry(schema), None, &[])
         .map_err(spi_err)?;
     Ok(rows
         .filter_map(|r| {
@@ -86,7 +81,7 @@ fn used_by_other_databases(db: usize) -> Vec<i64> {
 
 /// Claim (or re-take) this node's worker id and persist a first mark. The
 /// generator is closed (`SnowflakeJobs::claim`).
-pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
+pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
     if crate::transaction::catalog_is_legacy() {
         return Err(crate::transaction::needs_current_catalog("snowflake mode"));
     }
@@ -110,20 +105,19 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
             let take = |client: &mut SpiClient, take: Take| -> Result<bool, JobError> {
                 let got = match take {
                     Take::Insert(id) => client.update(
-                        &format!(
-                            "INSERT INTO {schema}.leaf_worker (worker_id, node_name, owner_token) VALUES ($1, $2, $3) \
-                             ON CONFLICT DO NOTHING RETURNING worker_id"
-                        ),
+                        &sql::worker_insert(schema),
                         None,
                         &[(id as i32).into(), node.as_str().into(), token.into()],
                     ),
                     Take::TakeOver(id) => client.update(
-                        &format!(
-                            "UPDATE {schema}.leaf_worker SET node_name = $2, owner_token = $4 \
-                             WHERE worker_id OPERATOR(pg_catalog.=) $1 AND node_name OPERATOR(pg_catalog.=) $3 RETURNING worker_id"
-                        ),
+                        &sql::worker_take_released(schema),
                         None,
-                        &[(id as i32).into(), node.as_str().into(), claim::released_name(id).as_str().into(), token.into()],
+                        &[
+                            (id as i32).into(),
+                            node.as_str().into(),
+                            claim::released_name(id).as_str().into(),
+                            token.into(),
+                        ],
                     ),
                 };
                 Ok(!got.map_err(spi_err)?.is_empty())
@@ -185,9 +179,13 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
                     // keep the old id's row and mark for whoever takes it next
                     client
                         .update(
-                            &format!("UPDATE {schema}.leaf_worker SET node_name = $3, owner_token = NULL WHERE worker_id OPERATOR(pg_catalog.=) $1 AND node_name OPERATOR(pg_catalog.=) $2"),
+                            &sql::worker_release(schema),
                             None,
-                            &[(release as i32).into(), node.as_str().into(), claim::released_name(release).as_str().into()],
+                            &[
+                                (release as i32).into(),
+                                node.as_str().into(),
+                                claim::released_name(release).as_str().into(),
+                            ],
                         )
                         .map_err(spi_err)?;
                     if !take(client, t)? {
@@ -224,11 +222,7 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
             // worker node too, which may be down; a change of the row after
             // this read fails the guarded persist below
             let row = client
-                .update(
-                    &format!("SELECT last_timestamp, epoch_ms FROM {schema}.leaf_worker WHERE worker_id OPERATOR(pg_catalog.=) $1"),
-                    None,
-                    &[(id as i32).into()],
-                )
+                .update(&sql::worker_mark(schema), None, &[(id as i32).into()])
                 .map_err(spi_err)?
                 .first();
             let mark = row.get::<i64>(1).ok().flatten().unwrap_or(0);
@@ -243,7 +237,7 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
                 && let Some(copies) = crate::citus_copies::of_worker_registry(client, schema)?
             {
                 mark = mark.max(crate::citus_copies::highest_mark_on_other_copies(
-                    client, &copies, id, epoch,
+                    client, schema, &copies, id, epoch,
                 )?);
             }
             return Ok((id, mark.max(taken_at)));
@@ -303,21 +297,14 @@ pub fn claim(schema: &str, db: usize) -> Result<Claimed, JobError> {
 /// so above every lease a copy holds, including one this node's copy missed.
 fn take_back(
     client: &mut SpiClient,
-    schema: &str,
+    schema: &Schema,
     row: &RegistryRow,
     token: i64,
     now_ms: i64,
 ) -> Result<bool, JobError> {
     let got = client
         .update(
-            &format!(
-                "UPDATE {schema}.leaf_worker SET owner_token = CASE \
-                 WHEN node_name OPERATOR(pg_catalog.=) $2 AND COALESCE(owner_token, 0) OPERATOR(pg_catalog.=) $3 \
-                 AND (owner_token IS NULL OR COALESCE(last_timestamp, -1) OPERATOR(pg_catalog.<) $5) THEN $4 \
-                 ELSE {schema}.leaf_id_worker_row_conflict(worker_id, node_name, owner_token) END \
-                 WHERE worker_id OPERATOR(pg_catalog.=) $1 \
-                 RETURNING worker_id"
-            ),
+            &sql::worker_take_back(schema),
             None,
             &[
                 (row.worker_id as i32).into(),
@@ -380,7 +367,7 @@ const WORKER_LOCK_TIMEOUT_MS: i64 = 5000;
 /// or mark differs from `row`.
 fn row_unchanged_until(
     client: &mut SpiClient,
-    schema: &str,
+    schema: &Schema,
     row: &RegistryRow,
     until_ms: i64,
 ) -> Result<bool, JobError> {
@@ -455,7 +442,7 @@ pub fn publish_claim(db: usize, c: &Claimed) -> Result<(), JobError> {
 /// that one node down does not stop the others.
 fn persist(
     db: usize,
-    schema: &str,
+    schema: &Schema,
     worker_id: i64,
     node: &str,
     mark: i64,
@@ -491,20 +478,24 @@ fn persist(
     let updated = Spi::connect_mut(|client| {
         client
             .update(
-                &format!(
-                    "UPDATE {schema}.leaf_worker SET last_timestamp = \
-                     CASE WHEN node_name OPERATOR(pg_catalog.=) $3 AND owner_token OPERATOR(pg_catalog.=) $5 \
-                     THEN GREATEST(last_timestamp, $1) \
-                     ELSE {schema}.leaf_id_worker_row_conflict(worker_id, node_name, owner_token) END, \
-                     epoch_ms = $4, heartbeat_at = pg_catalog.now() \
-                     WHERE worker_id OPERATOR(pg_catalog.=) $2 \
-                     RETURNING last_timestamp"
-                ),
+                &sql::worker_renew(schema),
                 None,
-                &[mark.into(), (worker_id as i32).into(), node.into(), crate::snowflake_api::epoch().into(), token.into()],
+                &[
+                    mark.into(),
+                    (worker_id as i32).into(),
+                    node.into(),
+                    crate::snowflake_api::epoch().into(),
+                    token.into(),
+                ],
             )
             .map_err(spi_err)
-            .map(|t| if t.len() != 1 { None } else { t.first().get::<i64>(1).ok().flatten() })
+            .map(|t| {
+                if t.len() != 1 {
+                    None
+                } else {
+                    t.first().get::<i64>(1).ok().flatten()
+                }
+            })
     })?;
     match updated {
         Some(m) if m >= mark => Ok(m),
@@ -520,7 +511,7 @@ fn persist(
 /// Renew the mark with the claimed worker id and node name (settings changed
 /// since take effect at the next claim): the commit happens in the caller
 /// (`in_transaction`), the mark is used only after it.
-fn renew(schema: &str, db: usize) -> Result<i64, JobError> {
+fn renew(schema: &Schema, db: usize) -> Result<i64, JobError> {
     let slot = shared().expect("shared memory").db(db);
     let worker_id = slot.generator.worker_id();
     // never below the current lease: the row must cover what may be issued
@@ -552,7 +543,7 @@ pub fn close_and_persist(db: usize) {
         }
         Spi::connect_mut(|client| {
             if crate::transaction::cancel_held_off()
-                && crate::citus_copies::is_citus_table(client, schema, "leaf_worker")?
+                && crate::citus_copies::is_citus_table(client, schema, Table::Worker)?
             {
                 // Citus ends a distributed statement silently, with only this
                 // node's copy written, when a cancel or terminate is pending
@@ -566,21 +557,25 @@ pub fn close_and_persist(db: usize) {
                 .update(
                     // the owner token goes too: a restart takes the row
                     // back at once, and so may a copy of this server
-                    &format!(
-                        "UPDATE {schema}.leaf_worker SET last_timestamp = \
-                         CASE WHEN node_name OPERATOR(pg_catalog.<>) $3 OR owner_token IS NULL \
-                         OR owner_token OPERATOR(pg_catalog.<>) $6 \
-                         THEN {schema}.leaf_id_worker_row_conflict(worker_id, node_name, owner_token) \
-                         WHEN last_timestamp OPERATOR(pg_catalog.>) $5 THEN last_timestamp ELSE $1 END, \
-                         owner_token = NULL, epoch_ms = $4, heartbeat_at = pg_catalog.now() \
-                         WHERE worker_id OPERATOR(pg_catalog.=) $2 \
-                         RETURNING last_timestamp"
-                    ),
+                    &sql::worker_close(schema),
                     None,
-                    &[mark.into(), (worker_id as i32).into(), node.as_str().into(), epoch.into(), lease.into(), token.into()],
+                    &[
+                        mark.into(),
+                        (worker_id as i32).into(),
+                        node.as_str().into(),
+                        epoch.into(),
+                        lease.into(),
+                        token.into(),
+                    ],
                 )
                 .map_err(spi_err)
-                .map(|t| if t.len() != 1 { None } else { t.first().get::<i64>(1).ok().flatten() })
+                .map(|t| {
+                    if t.len() != 1 {
+                        None
+                    } else {
+                        t.first().get::<i64>(1).ok().flatten()
+                    }
+                })
         })
     });
     match result {

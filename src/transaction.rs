@@ -7,10 +7,12 @@
 //!
 //! Every statement the worker runs names its functions and operators with
 //! their schema (`pg_catalog.`, `OPERATOR(pg_catalog.=)`) and its tables with
-//! the extension's schema; with `search_path = pg_catalog, pg_temp` on top, a
-//! function or operator planted in another schema is never resolved.
+//! the extension's schema (`runtime::worker_sql` builds every such text);
+//! with `search_path = pg_catalog, pg_temp` on top, a function or operator
+//! planted in another schema is never resolved.
 
 use crate::errors::code_of;
+use crate::runtime::worker_sql::Schema;
 use pgrx::pg_sys;
 use pgrx::pg_sys::panic::CaughtError;
 use pgrx::prelude::*;
@@ -194,9 +196,9 @@ pub fn citus_loaded() -> bool {
 /// Run `job` in a transaction of its own and commit it (synchronously: the
 /// worker forces synchronous_commit on). Any error, Postgres' or the job's,
 /// rolls the transaction back and is returned, not raised. `job` gets the
-/// extension's schema, quoted.
+/// extension's schema, whose name stays as it is until the transaction ends.
 pub(crate) fn in_transaction<T>(
-    job: impl FnOnce(&str) -> Result<T, JobError>,
+    job: impl FnOnce(&Schema) -> Result<T, JobError>,
 ) -> Result<T, JobError> {
     unsafe {
         pg_sys::SetCurrentStatementStartTimestamp();
@@ -210,18 +212,21 @@ pub(crate) fn in_transaction<T>(
         let committed_ref = committed_ref;
         let job = job;
         let result = match installed_extension() {
-            Some((schema, version)) if version == CATALOG_VERSION || version == LEGACY_CATALOG => {
+            Err(e) => Err(e),
+            Ok(Some((schema, version)))
+                if version == CATALOG_VERSION || version == LEGACY_CATALOG =>
+            {
                 JOB_CATALOG_IS_LEGACY.with(|c| c.set(version == LEGACY_CATALOG));
                 (job.0)(&schema)
             }
-            Some((_, version)) => Err(JobError::new(
+            Ok(Some((_, version))) => Err(JobError::new(
                 PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
                 format!(
                     "leaf_id's library {CATALOG_VERSION} cannot serve its catalog of version {version} in this database: \
                      run ALTER EXTENSION leaf_id UPDATE"
                 ),
             )),
-            None => Err(JobError::new(
+            Ok(None) => Err(JobError::new(
                 PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
                 EXTENSION_GONE,
             )),
@@ -278,16 +283,10 @@ fn commit_replicated() -> bool {
     }
 }
 
-/// The extension's schema (quoted) and version; None when it is not
+/// The extension's schema and version (`worker_sql::installed_extension`,
+/// which locks the schema's name for the transaction); None when it is not
 /// installed. The library is shared by every version's SQL, so a job first
 /// checks that the tables have the shape it writes.
-pub(crate) fn installed_extension() -> Option<(String, String)> {
-    Spi::get_two::<String, String>(
-        "SELECT pg_catalog.quote_ident(n.nspname::pg_catalog.text), e.extversion::pg_catalog.text \
-         FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n \
-         ON n.oid OPERATOR(pg_catalog.=) e.extnamespace \
-         WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'::pg_catalog.name",
-    )
-    .ok()
-    .and_then(|(schema, version)| Some((schema?, version?)))
+pub(crate) fn installed_extension() -> Result<Option<(Schema, String)>, JobError> {
+    Spi::connect_mut(crate::runtime::worker_sql::installed_extension)
 }

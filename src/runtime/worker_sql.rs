@@ -1,0 +1,456 @@
+//! Every statement text the background workers and the renewal helpers run
+//! that names one of leaf_id's tables, and the only place in leaf_id that
+//! puts SQL text together.
+//!
+//! Owns the two ways anything variable enters a statement. A name: only the
+//! extension's schema, as `quote_ident` returned it on this server in the
+//! same transaction (`Schema`, whose pg_namespace row that query locks, so
+//! the name cannot change under the statements), next to table names that
+//! are constants here; a relation is otherwise found by OID. A value: bound
+//! as a parameter ($1, ...); a statement for another Citus node, which takes
+//! no parameters, is put together on this server by `pg_catalog.format`
+//! with %I and %L from bound values. Must not touch shared memory or decide
+//! anything: the jobs do.
+
+use crate::transaction::{JobError, spi_err};
+use pgrx::pg_sys;
+use pgrx::spi::SpiClient;
+
+/// The extension's schema in the running job's transaction.
+pub struct Schema {
+    /// `quote_ident(nspname)`, computed by the server.
+    quoted: String,
+    /// The name itself: only ever bound, never pasted.
+    name: String,
+    oid: pg_sys::Oid,
+}
+
+/// leaf_id's tables (their names are constants of this module).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Table {
+    Alloc,
+    AllocTuning,
+    Worker,
+}
+
+impl Table {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Table::Alloc => "leaf_alloc",
+            Table::AllocTuning => "leaf_alloc_tuning",
+            Table::Worker => "leaf_worker",
+        }
+    }
+}
+
+impl Schema {
+    pub fn oid(&self) -> pg_sys::Oid {
+        self.oid
+    }
+
+    /// A table of the extension, schema-qualified.
+    fn table(&self, t: Table) -> String {
+        format!("{}.{}", self.quoted, t.name())
+    }
+
+    /// A function of the extension, schema-qualified.
+    fn function(&self, f: &'static str) -> String {
+        format!("{}.{f}", self.quoted)
+    }
+
+    /// This node's copy of a Citus reference table (its shard, which Citus
+    /// names `<table>_<shard id>` in the table's schema).
+    pub fn shard(&self, t: Table, shard_id: i64) -> Shard {
+        Shard {
+            qualified: format!("{}.{}_{shard_id}", self.quoted, t.name()),
+            relname: format!("{}_{shard_id}", t.name()),
+        }
+    }
+}
+
+/// This node's copy of a Citus reference table.
+pub struct Shard {
+    /// Schema-qualified, for statements run here.
+    qualified: String,
+    /// The relation's name, bound for statements built for other nodes.
+    relname: String,
+}
+
+/// The schema (quoted, and its name and OID) and version of the extension
+/// in this database; None when it is not installed. The schema's
+/// pg_namespace row is locked (FOR SHARE) until the transaction ends: a
+/// database owner who renames the schema, or creates another one by its old
+/// name, waits for the job, so every name the job's statements resolve is
+/// the extension's.
+pub(crate) fn installed_extension(
+    client: &mut SpiClient,
+) -> Result<Option<(Schema, String)>, JobError> {
+    let rows = client
+        .update(
+            "SELECT pg_catalog.quote_ident(n.nspname::pg_catalog.text), n.nspname::pg_catalog.text, \
+             n.oid, e.extversion::pg_catalog.text \
+             FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n \
+             ON n.oid OPERATOR(pg_catalog.=) e.extnamespace \
+             WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'::pg_catalog.name \
+             FOR SHARE OF n",
+            None,
+            &[],
+        )
+        .map_err(spi_err)?;
+    let Some(row) = rows.into_iter().next() else {
+        return Ok(None);
+    };
+    let (Some(quoted), Some(name), Some(oid), Some(version)) = (
+        row.get::<String>(1).map_err(spi_err)?,
+        row.get::<String>(2).map_err(spi_err)?,
+        row.get::<pg_sys::Oid>(3).map_err(spi_err)?,
+        row.get::<String>(4).map_err(spi_err)?,
+    ) else {
+        return Ok(None);
+    };
+    Ok(Some((Schema { quoted, name, oid }, version)))
+}
+
+/// The OID of the relation named $2 in the schema of OID $1.
+pub const TABLE_OID: &str = "SELECT c.oid FROM pg_catalog.pg_class c \
+     WHERE c.relnamespace OPERATOR(pg_catalog.=) $1::pg_catalog.oid \
+     AND c.relname OPERATOR(pg_catalog.=) $2::pg_catalog.text::pg_catalog.name";
+
+/// The OID of one of leaf_id's tables (None: not there).
+pub fn table_oid(
+    client: &mut SpiClient,
+    s: &Schema,
+    t: Table,
+) -> Result<Option<pg_sys::Oid>, JobError> {
+    match client
+        .select(TABLE_OID, None, &[s.oid.into(), t.name().into()])
+        .map_err(spi_err)?
+        .into_iter()
+        .next()
+    {
+        Some(row) => row.get::<pg_sys::Oid>(1).map_err(spi_err),
+        None => Ok(None),
+    }
+}
+
+// --- Citus metadata ----------------------------------------------------
+
+/// Is Citus' metadata there (the extension created in this database)?
+pub const CITUS_METADATA_PRESENT: &str = "SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_shard') IS NOT NULL \
+     AND pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL \
+     AND pg_catalog.to_regclass('pg_catalog.pg_dist_local_group') IS NOT NULL";
+
+/// Is Citus' partition catalog there?
+pub const CITUS_PARTITIONS_PRESENT: &str =
+    "SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL";
+
+/// Is the table of OID $1 a Citus table?
+pub const IS_CITUS_TABLE: &str = "SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition \
+     WHERE logicalrelid OPERATOR(pg_catalog.=) $1::pg_catalog.oid::pg_catalog.regclass)";
+
+/// The placements of the reference table of OID $1 on primary nodes: shard
+/// id, host, port, whether it is this node's.
+pub const REFERENCE_TABLE_PLACEMENTS: &str = "SELECT s.shardid, n.nodename::pg_catalog.text, n.nodeport, \
+     n.groupid OPERATOR(pg_catalog.=) (SELECT groupid FROM pg_catalog.pg_dist_local_group) \
+     FROM pg_catalog.pg_dist_shard s \
+     JOIN pg_catalog.pg_dist_placement p ON p.shardid OPERATOR(pg_catalog.=) s.shardid \
+     JOIN pg_catalog.pg_dist_node n ON n.groupid OPERATOR(pg_catalog.=) p.groupid \
+     AND n.noderole OPERATOR(pg_catalog.=) 'primary' \
+     WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1::pg_catalog.oid::pg_catalog.regclass \
+     AND EXISTS (SELECT FROM pg_catalog.pg_dist_partition d \
+       WHERE d.logicalrelid OPERATOR(pg_catalog.=) s.logicalrelid \
+       AND d.partmethod OPERATOR(pg_catalog.=) 'n' AND d.repmodel OPERATOR(pg_catalog.=) 't') \
+     ORDER BY n.nodename, n.nodeport";
+
+/// Let the worker's transaction write a shard directly.
+pub const ALLOW_SHARD_WRITES: &str =
+    "SELECT pg_catalog.set_config('citus.enable_manual_changes_to_shards', 'on', true)";
+
+/// Run $3 (one statement per node) on hosts $1, ports $2, in parallel.
+pub const RUN_ON_WORKERS_PARALLEL: &str = "SELECT node_name, node_port, success, result \
+     FROM pg_catalog.master_run_on_worker($1, $2, $3, true)";
+
+/// Run $3 on host $1, port $2 (arrays of one).
+pub const RUN_ON_WORKER: &str =
+    "SELECT success, result FROM pg_catalog.master_run_on_worker($1, $2, $3, false)";
+
+// --- segment mode: leaf_alloc ------------------------------------------
+
+/// Lock the row of tag $1 by a write (max_id, step).
+pub fn alloc_lock_row(s: &Schema) -> String {
+    format!(
+        "UPDATE {} SET update_time = pg_catalog.now() \
+         WHERE biz_tag OPERATOR(pg_catalog.=) $1 RETURNING max_id, step",
+        s.table(Table::Alloc)
+    )
+}
+
+/// Does tag $1 have a row?
+pub fn alloc_row_exists(s: &Schema) -> String {
+    format!(
+        "SELECT 1 FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) $1",
+        s.table(Table::Alloc)
+    )
+}
+
+/// Record max_id = $2 for tag $1 if it is still $3: every copy of the row
+/// must say $3, or the statement fails (`leaf_id_alloc_row_conflict`); a
+/// 0.1.0 catalog has no such function and matches in the WHERE clause.
+pub fn alloc_record_end(s: &Schema, legacy: bool) -> String {
+    let table = s.table(Table::Alloc);
+    if legacy {
+        format!(
+            "UPDATE {table} SET update_time = pg_catalog.now(), max_id = $2 \
+             WHERE biz_tag OPERATOR(pg_catalog.=) $1 AND max_id OPERATOR(pg_catalog.=) $3 RETURNING max_id"
+        )
+    } else {
+        format!(
+            "UPDATE {table} SET update_time = pg_catalog.now(), max_id = \
+             CASE WHEN max_id OPERATOR(pg_catalog.=) $3 THEN $2 \
+             ELSE {}(biz_tag, max_id) END \
+             WHERE biz_tag OPERATOR(pg_catalog.=) $1 RETURNING max_id",
+            s.function("leaf_id_alloc_row_conflict")
+        )
+    }
+}
+
+/// max_id of tag $1.
+pub fn alloc_max_id(s: &Schema) -> String {
+    format!(
+        "SELECT max_id FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) $1",
+        s.table(Table::Alloc)
+    )
+}
+
+/// max_id and step of tag $1 in this node's copy, read without Citus.
+pub fn shard_alloc_row(shard: &Shard) -> String {
+    format!(
+        "SELECT max_id, step FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) $1",
+        shard.qualified
+    )
+}
+
+/// Every tag.
+pub fn alloc_tags(s: &Schema) -> String {
+    format!("SELECT biz_tag FROM {}", s.table(Table::Alloc))
+}
+
+/// The tuned step of tag $1.
+pub fn tuned_step(s: &Schema) -> String {
+    format!(
+        "SELECT tuned_step FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) $1",
+        s.table(Table::AllocTuning)
+    )
+}
+
+/// Save step $2 of tag $1.
+pub fn save_tuned_step(s: &Schema) -> String {
+    format!(
+        "INSERT INTO {} AS t (biz_tag, tuned_step, update_time) \
+         VALUES ($1, $2, pg_catalog.now()) ON CONFLICT (biz_tag) DO UPDATE \
+         SET tuned_step = EXCLUDED.tuned_step, update_time = pg_catalog.now()",
+        s.table(Table::AllocTuning)
+    )
+}
+
+// --- snowflake mode: leaf_worker ---------------------------------------
+
+/// The registry: worker_id, node_name, owner_token, last_timestamp.
+pub fn worker_registry(s: &Schema) -> String {
+    format!(
+        "SELECT worker_id, node_name, owner_token, last_timestamp FROM {}",
+        s.table(Table::Worker)
+    )
+}
+
+/// Take the free worker id $1 for node $2 with token $3.
+pub fn worker_insert(s: &Schema) -> String {
+    format!(
+        "INSERT INTO {} (worker_id, node_name, owner_token) VALUES ($1, $2, $3) \
+         ON CONFLICT DO NOTHING RETURNING worker_id",
+        s.table(Table::Worker)
+    )
+}
+
+/// Take over released id $1 (named $3) for node $2 with token $4.
+pub fn worker_take_released(s: &Schema) -> String {
+    format!(
+        "UPDATE {} SET node_name = $2, owner_token = $4 \
+         WHERE worker_id OPERATOR(pg_catalog.=) $1 AND node_name OPERATOR(pg_catalog.=) $3 RETURNING worker_id",
+        s.table(Table::Worker)
+    )
+}
+
+/// Release id $1 of node $2 (renamed $3), keeping its mark.
+pub fn worker_release(s: &Schema) -> String {
+    format!(
+        "UPDATE {} SET node_name = $3, owner_token = NULL \
+         WHERE worker_id OPERATOR(pg_catalog.=) $1 AND node_name OPERATOR(pg_catalog.=) $2",
+        s.table(Table::Worker)
+    )
+}
+
+/// The mark and its epoch of id $1.
+pub fn worker_mark(s: &Schema) -> String {
+    format!(
+        "SELECT last_timestamp, epoch_ms FROM {} WHERE worker_id OPERATOR(pg_catalog.=) $1",
+        s.table(Table::Worker)
+    )
+}
+
+/// Take back id $1 of node $2 from token $3 (0: none) for token $4, when
+/// its lease is before $5 or it has no token; every copy must agree.
+pub fn worker_take_back(s: &Schema) -> String {
+    format!(
+        "UPDATE {} SET owner_token = CASE \
+         WHEN node_name OPERATOR(pg_catalog.=) $2 AND COALESCE(owner_token, 0) OPERATOR(pg_catalog.=) $3 \
+         AND (owner_token IS NULL OR COALESCE(last_timestamp, -1) OPERATOR(pg_catalog.<) $5) THEN $4 \
+         ELSE {}(worker_id, node_name, owner_token) END \
+         WHERE worker_id OPERATOR(pg_catalog.=) $1 \
+         RETURNING worker_id",
+        s.table(Table::Worker),
+        s.function("leaf_id_worker_row_conflict")
+    )
+}
+
+/// Raise the mark of id $2 to at least $1 (epoch $4) if node $3 with token
+/// $5 holds it; every copy must agree.
+pub fn worker_renew(s: &Schema) -> String {
+    renew_in(s, &s.table(Table::Worker))
+}
+
+/// `worker_renew` on this node's copy of leaf_worker only (55006 when the
+/// row is not this node's with this token).
+pub fn shard_worker_renew(s: &Schema, shard: &Shard) -> String {
+    renew_in(s, &shard.qualified)
+}
+
+fn renew_in(s: &Schema, relation: &str) -> String {
+    format!(
+        "UPDATE {relation} SET last_timestamp = \
+         CASE WHEN node_name OPERATOR(pg_catalog.=) $3 AND owner_token OPERATOR(pg_catalog.=) $5 \
+         THEN GREATEST(last_timestamp, $1) \
+         ELSE {}(worker_id, node_name, owner_token) END, \
+         epoch_ms = $4, heartbeat_at = pg_catalog.now() \
+         WHERE worker_id OPERATOR(pg_catalog.=) $2 \
+         RETURNING last_timestamp",
+        s.function("leaf_id_worker_row_conflict")
+    )
+}
+
+/// Close id $2 of node $3 with token $6: the mark goes down to $1 unless
+/// someone raised it above the lease $5; the token goes (epoch $4).
+pub fn worker_close(s: &Schema) -> String {
+    format!(
+        "UPDATE {} SET last_timestamp = \
+         CASE WHEN node_name OPERATOR(pg_catalog.<>) $3 OR owner_token IS NULL \
+         OR owner_token OPERATOR(pg_catalog.<>) $6 \
+         THEN {}(worker_id, node_name, owner_token) \
+         WHEN last_timestamp OPERATOR(pg_catalog.>) $5 THEN last_timestamp ELSE $1 END, \
+         owner_token = NULL, epoch_ms = $4, heartbeat_at = pg_catalog.now() \
+         WHERE worker_id OPERATOR(pg_catalog.=) $2 \
+         RETURNING last_timestamp",
+        s.table(Table::Worker),
+        s.function("leaf_id_worker_row_conflict")
+    )
+}
+
+/// Builds, on this server, the DO statement that renews a copy of
+/// leaf_worker on another node: $1 lock_timeout (ms, as text), $2 the
+/// schema's name, $3 the shard's name, $4 node name, $5 token, $6 mark, $7
+/// epoch, $8 worker id, $9 the message when the row is missing. The body is
+/// quoted by %L, every name by %I and every value by %L. The remote commit
+/// is synchronous, so an acknowledged copy is durable.
+pub const BUILD_REMOTE_RENEWAL: &str = "SELECT pg_catalog.format('DO %L', pg_catalog.format(\
+     'BEGIN \
+     PERFORM pg_catalog.set_config(''search_path'', ''pg_catalog, pg_temp'', true); \
+     PERFORM pg_catalog.set_config(''synchronous_commit'', ''on'', true); \
+     PERFORM pg_catalog.set_config(''lock_timeout'', %L, true); \
+     PERFORM pg_catalog.set_config(''citus.enable_manual_changes_to_shards'', ''on'', true); \
+     UPDATE %I.%I SET last_timestamp = \
+     CASE WHEN node_name OPERATOR(pg_catalog.=) %L AND owner_token OPERATOR(pg_catalog.=) %L::pg_catalog.int8 \
+     THEN GREATEST(last_timestamp, %L::pg_catalog.int8) \
+     ELSE %I.leaf_id_worker_row_conflict(worker_id, node_name, owner_token) END, \
+     epoch_ms = %L::pg_catalog.int8, heartbeat_at = pg_catalog.now() \
+     WHERE worker_id OPERATOR(pg_catalog.=) %L::pg_catalog.int4; \
+     IF NOT FOUND THEN RAISE EXCEPTION USING MESSAGE = %L, ERRCODE = ''55000''; END IF; \
+     END', $1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.text, \
+     $5::pg_catalog.int8, $6::pg_catalog.int8, $2::pg_catalog.text, $7::pg_catalog.int8, \
+     $8::pg_catalog.int4, $9::pg_catalog.text))";
+
+/// Builds, on this server, the query that reads the mark of a worker id on
+/// another node's copy: $1 the schema's name, $2 the shard's name, $3 the
+/// worker id. Answers "mark,epoch".
+pub const BUILD_REMOTE_MARK_READ: &str = "SELECT pg_catalog.format(\
+     'SELECT pg_catalog.concat_ws('','', w.last_timestamp, w.epoch_ms) FROM %I.%I w \
+     WHERE w.worker_id OPERATOR(pg_catalog.=) %L::pg_catalog.int4', \
+     $1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.int4)";
+
+/// The arguments of `BUILD_REMOTE_RENEWAL`'s and `BUILD_REMOTE_MARK_READ`'s
+/// names: the schema's name and the shard's, as text.
+pub fn remote_names<'a>(s: &'a Schema, shard: &'a Shard) -> (&'a str, &'a str) {
+    (&s.name, &shard.relname)
+}
+
+/// A statement built on the server (`BUILD_REMOTE_*`) from bound values.
+pub fn build_on_server(
+    client: &mut SpiClient,
+    builder: &str,
+    args: &[pgrx::datum::DatumWithOid],
+) -> Result<String, JobError> {
+    client
+        .select(builder, None, args)
+        .map_err(spi_err)?
+        .first()
+        .get::<String>(1)
+        .map_err(spi_err)?
+        .ok_or_else(|| {
+            JobError::new(
+                pgrx::PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                "leaf_id could not build a statement for another node",
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    /// Nothing outside this module formats SQL text: no `format!` whose
+    /// text starts a statement (a new one that pastes a name or value into
+    /// SQL must be written here, where the rules are).
+    #[test]
+    fn no_other_module_formats_sql() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut offenders = Vec::new();
+        let mut dirs = vec![root];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                    continue;
+                }
+                if path.extension().is_none_or(|e| e != "rs")
+                    || path.ends_with("runtime/worker_sql.rs")
+                    || path.ends_with("pg_tests.rs")
+                {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).unwrap();
+                let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+                for kw in [
+                    "SELECT ", "UPDATE ", "INSERT ", "DELETE ", "DO ", "WITH ", "LOCK ",
+                ] {
+                    for open in ["format!(\"", "format!( \"", "format!(r\"", "format!(r#\""] {
+                        if flat.contains(&format!("{open}{kw}")) {
+                            offenders.push(format!("{}: {open}{kw}", path.display()));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            offenders.is_empty(),
+            "SQL formatted outside worker_sql: {offenders:?}"
+        );
+    }
+}
