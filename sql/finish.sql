@@ -142,6 +142,12 @@ BEGIN
     -- the same order waits for every insert in flight and lets none start
     -- until this transaction ends, when they see the new default.
     EXECUTE pg_catalog.format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', owner_table);
+    -- only a table, read once it is locked (a view, which its owner could
+    -- make of it, would run the owner's code as the caller)
+    IF (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = owner_table) NOT IN ('r', 'p') THEN
+        RAISE EXCEPTION '"%" is not a table', owner_table USING ERRCODE = '42809',
+            DETAIL = 'Only the sequence of a column of a plain or partitioned table can be adopted.';
+    END IF;
     SELECT s.seqincrement, s.seqmax INTO seq_increment, seq_max FROM pg_catalog.pg_sequence s WHERE s.seqrelid = seq;
     IF seq_increment < 0 THEN
         RAISE EXCEPTION 'sequence % descends', seq USING ERRCODE = '0A000',
@@ -154,9 +160,9 @@ BEGIN
     -- sequence never called has not given last_value yet: counting it anyway
     -- only leaves a gap
     EXECUTE pg_catalog.format('SELECT last_value FROM %s', seq) INTO seq_last;
-    -- setval() or explicit keys may have put larger values into the column
-    EXECUTE pg_catalog.format('SELECT pg_catalog.max(%I)::pg_catalog.int8 FROM %s', owner_column, owner_table)
-       INTO column_max;
+    -- setval() or explicit keys may have put larger values into the column;
+    -- read as the table's owner, so nothing of the owner's runs as the caller
+    column_max := @extschema@.leaf_id_column_max(owner_table::pg_catalog.oid, owner_column::pg_catalog.text);
     largest := pg_catalog.int8larger(seq_last, COALESCE(column_max, seq_last));
     IF is_identity THEN
         -- drops the identity's sequence with it
@@ -191,7 +197,8 @@ BEGIN
                   HINT = 'Adopt the sequence under a new tag, or switch the default yourself to leaf_segment_next() of the existing tag after raising its max_id above the column''s values.';
     END IF;
     SELECT * INTO adopted FROM @extschema@.leaf_id_adopt_sequence(
-        seq, pg_catalog.format('%I.leaf_segment_next(%L::text)', '@extschema@', tag), true);
+        seq, pg_catalog.format('%I.leaf_segment_next(%L::text)', (SELECT n.nspname FROM pg_catalog.pg_extension e
+                   JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'leaf_id'), tag), true);
     IF adopted.largest = 9223372036854775807 THEN
         RAISE EXCEPTION 'sequence % has reached the largest bigint', seq USING ERRCODE = '2200H';
     END IF;
@@ -212,7 +219,9 @@ DECLARE
     adopted record;
     smallest bigint := @extschema@.leaf_snowflake_min_id(pg_catalog.now());
 BEGIN
-    SELECT * INTO adopted FROM @extschema@.leaf_id_adopt_sequence(seq, '@extschema@.leaf_snowflake_next()', false);
+    SELECT * INTO adopted FROM @extschema@.leaf_id_adopt_sequence(
+        seq, pg_catalog.format('%I.leaf_snowflake_next()', (SELECT n.nspname FROM pg_catalog.pg_extension e
+                   JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'leaf_id')), false);
     IF adopted.column_type <> 'pg_catalog.int8'::pg_catalog.regtype THEN
         RAISE EXCEPTION 'column %.% is of type %: snowflake IDs need bigint', adopted.owner_table,
             adopted.owner_column, adopted.column_type USING ERRCODE = '42804';
@@ -232,6 +241,8 @@ COMMENT ON FUNCTION leaf_snowflake_release_worker_id(integer) IS
   'Releases a snowflake worker id in leaf_worker (renames its row to released:<id>, keeping its mark for the next owner); a live owner stops issuing with it at its next renewal. Returns the former node name.';
 COMMENT ON FUNCTION leaf_id_adopt_sequence(regclass, text, boolean) IS
   'Internal to the adopt functions: locks the column owning a sequence, returns the largest value it or the sequence gave, and switches the column default (dropping an identity).';
+COMMENT ON FUNCTION leaf_id_column_max(oid, text) IS
+  'Internal to the adopt functions: the largest value of an integer column of a plain or partitioned table, read as the table''s owner in a security-restricted operation.';
 COMMENT ON FUNCTION leaf_segment_adopt_sequence(regclass, text, integer) IS
   'Turns a sequence into a new segment-mode tag: max_id above the sequence and its column, the column default switched to leaf_segment_next(tag), the sequence frozen (an identity is dropped). Returns the tag''s first ID.';
 COMMENT ON FUNCTION leaf_snowflake_adopt_sequence(regclass) IS
@@ -240,5 +251,6 @@ COMMENT ON FUNCTION leaf_snowflake_adopt_sequence(regclass) IS
 REVOKE ALL ON leaf_alloc_tuning FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION leaf_snowflake_release_worker_id(integer),
     leaf_id_adopt_sequence(regclass, text, boolean),
+    leaf_id_column_max(oid, text),
     leaf_segment_adopt_sequence(regclass, text, integer),
     leaf_snowflake_adopt_sequence(regclass) FROM PUBLIC;

@@ -1,0 +1,71 @@
+//! Reading a table that someone else owns, as its owner, in a
+//! security-restricted operation (as PostgreSQL's own REFRESH MATERIALIZED
+//! VIEW and ANALYZE do): the adopt functions run as a superuser, and
+//! whatever the table's owner can make a query run (an index predicate or
+//! expression folded by the planner, a rule, a function of a type) must run
+//! with the owner's rights, unable to SET ROLE back. Owns only that switch;
+//! must not touch shared memory or leaf_id's tables.
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::spi::Spi;
+
+/// The largest value of integer column `col` of plain or partitioned table
+/// `tab`, read as the table's owner in a security-restricted operation.
+#[pg_extern(volatile, parallel_unsafe)]
+fn leaf_id_column_max(tab: pg_sys::Oid, col: &str) -> Option<i64> {
+    let owner = Spi::get_two_with_args::<pg_sys::Oid, String>(
+        "SELECT c.relowner, c.relkind::pg_catalog.text FROM pg_catalog.pg_class c \
+         WHERE c.oid OPERATOR(pg_catalog.=) $1",
+        &[tab.into()],
+    );
+    let Ok((Some(owner), Some(kind))) = owner else {
+        crate::errors::raise(
+            PgSqlErrorCode::ERRCODE_UNDEFINED_TABLE,
+            format!("relation with OID {} does not exist", tab.to_u32()),
+            None,
+        );
+    };
+    if kind != "r" && kind != "p" {
+        crate::errors::raise(
+            PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
+            format!(
+                "relation with OID {} is not a table (relkind {kind})",
+                tab.to_u32()
+            ),
+            None,
+        );
+    }
+    // the statement is put together by the server: %I and regclass output
+    // quote the names
+    let query: String = Spi::get_one_with_args(
+        "SELECT pg_catalog.format('SELECT pg_catalog.max(%I)::pg_catalog.int8 FROM %s', \
+         $2::pg_catalog.text, $1::pg_catalog.oid::pg_catalog.regclass)",
+        &[tab.into(), col.into()],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or_default();
+    let (mut saved_user, mut saved_context) = (pg_sys::InvalidOid, 0);
+    let level;
+    unsafe {
+        pg_sys::GetUserIdAndSecContext(&mut saved_user, &mut saved_context);
+        pg_sys::SetUserIdAndSecContext(
+            owner,
+            saved_context
+                | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32
+                | pg_sys::SECURITY_RESTRICTED_OPERATION as i32,
+        );
+        // settings the owner's code changes end with the read
+        level = pg_sys::NewGUCNestLevel();
+    }
+    // an error ends the transaction, whose abort restores the user
+    let max = Spi::get_one::<i64>(&query).unwrap_or_else(|e| {
+        crate::errors::raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string(), None)
+    });
+    unsafe {
+        pg_sys::AtEOXact_GUC(false, level);
+        pg_sys::SetUserIdAndSecContext(saved_user, saved_context);
+    }
+    max
+}
