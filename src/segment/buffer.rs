@@ -56,9 +56,10 @@ pub struct Ticket {
     n: u64,
 }
 
-/// Most offsets one `fetch_add` takes: readers that over-increment an
-/// exhausted segment must never carry the offset into the generation bits
-/// (2^40 / 2^16 such takes between two publishes).
+/// Most offsets one `fetch_add` takes. Only readers that saw IDs left add
+/// (`begin_take`), each once per look: even 2^18 backends adding this much
+/// past a segment of `MAX_SEGMENT_LEN` stay below 2^40, so the offset never
+/// carries into the generation bits.
 pub const MAX_TAKE: u64 = 1 << 16;
 
 /// One reserved range `[start, start + len)` and how much of it is taken.
@@ -145,11 +146,27 @@ impl Segment {
     }
 
     /// First half of a take: the generation the reader expects, then its one
-    /// `fetch_add` of `n` offsets. Split only so that tests can interleave
+    /// `fetch_add` of `n` offsets (none on a segment it sees exhausted).
+    /// Split only so that tests can interleave
     /// publishes between the halves.
     pub fn begin_take(&self, n: u64) -> Ticket {
         let n = n.clamp(1, MAX_TAKE);
         let expected = self.meta_gen.load(SeqCst);
+        // a segment seen exhausted is not added to: callers retrying through
+        // a long refill outage cannot carry the offset into the generation
+        // bits (only readers that saw IDs left add past the end, each once)
+        let seen = self.state.load(SeqCst);
+        let (seen_gen, seen_offset) = unpack(seen);
+        // nor is a segment being published (the caller retries)
+        if expected & WRITING != 0
+            || (seen_gen == expected & GEN_MASK && seen_offset as i64 >= self.len.load(SeqCst))
+        {
+            return Ticket {
+                expected,
+                word: seen,
+                n: 0,
+            };
+        }
         let word = self.state.fetch_add(n, SeqCst);
         Ticket { expected, word, n }
     }
@@ -211,20 +228,30 @@ impl Segment {
 
     /// Owner's lock held, and the segment exhausted: give it a new range.
     fn publish(&self, start: i64, len: i64) {
+        self.publish_interleaved(start, len, || {});
+    }
+
+    /// `publish`, with `between` run before its last store (tests run a
+    /// reader there).
+    fn publish_interleaved(&self, start: i64, len: i64, between: impl FnOnce()) {
         assert!(
             (0..=MAX_SEGMENT_LEN).contains(&len),
             "segment length out of range"
         );
         let generation = self.meta_gen.load(SeqCst) & !WRITING;
         let next_gen = generation + 1;
-        // readers that fetch_add from here on still see the old generation in
-        // the word and a WRITING or new meta: they retry or see Exhausted
+        // readers that load meta from here on see WRITING and retry
         self.meta_gen.store(generation | WRITING, SeqCst);
         self.start.store(start, SeqCst);
         self.len.store(len, SeqCst);
-        self.meta_gen.store(next_gen, SeqCst);
-        // the new range becomes takeable only now, complete
+        // the word is reset before the new generation is published: a reader
+        // that loads the new generation adds to the new word only (the old
+        // word, even one whose offset carried into the generation bits, is
+        // gone by then)
         self.state.store(pack(next_gen, 0), SeqCst);
+        between();
+        // the new range becomes takeable only now, complete
+        self.meta_gen.store(next_gen, SeqCst);
     }
 }
 
@@ -270,8 +297,9 @@ impl SegmentPair {
         self.segments[index & 1].view()
     }
 
-    /// Changes with every take (each adds to a state word), publish and
-    /// switch: the worker compares it over time to see whether the tag is in
+    /// Changes with every take that finds IDs left (each adds to a state
+    /// word), publish and switch (callers waiting on an exhausted tag ask
+    /// for a refill instead): the worker compares it over time to see whether the tag is in
     /// use. Only reads: the hot path stays one `fetch_add`.
     pub fn activity(&self) -> [u64; 3] {
         [
@@ -460,6 +488,45 @@ mod tests {
                 Take::Exhausted
             ]
         );
+    }
+
+    /// A long refill outage: readers retrying on an exhausted segment must
+    /// not carry its offset into the generation bits, and a word that did
+    /// carry must never give an ID, even to a reader that reads the
+    /// generation a publish is giving the segment at that instant.
+    #[test]
+    fn a_carry_into_the_generation_bits_is_never_an_id() {
+        let s = Segment::default();
+        s.publish(0, 10);
+        // the offsets all taken, one step from the generation bits
+        let (generation, _) = unpack(s.state.load(SeqCst));
+        s.state.store(pack(generation, OFFSET_MASK), SeqCst);
+        s.state.fetch_add(2, SeqCst); // the carry
+        assert_eq!(unpack(s.state.load(SeqCst)), (generation + 1, 1));
+        let mut ids = Vec::new();
+        let mut early = None;
+        s.publish_interleaved(100, 10, || early = Some(s.begin_take(1)));
+        if let TakeMany::Ids { first, .. } = s.finish_take(early.unwrap()) {
+            ids.push(first);
+        }
+        while let Take::Id { id, .. } = s.take() {
+            ids.push(id);
+        }
+        let distinct: HashSet<_> = ids.iter().collect();
+        assert_eq!(distinct.len(), ids.len(), "an ID twice: {ids:?}");
+        assert_eq!(ids.len(), 10);
+    }
+
+    #[test]
+    fn takes_on_an_exhausted_segment_do_not_add() {
+        let s = Segment::default();
+        s.publish(0, 10);
+        assert!(matches!(s.take_many(10), TakeMany::Ids { count: 10, .. }));
+        let word = s.state.load(SeqCst);
+        for _ in 0..100_000 {
+            assert_eq!(s.take_many(MAX_TAKE), TakeMany::Exhausted);
+        }
+        assert_eq!(s.state.load(SeqCst), word, "no offset added after the end");
     }
 
     #[test]
