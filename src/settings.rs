@@ -99,14 +99,20 @@ pub fn register(preloading: bool) {
         GucContext::Suset,
         GucFlags::default(),
     );
-    GucRegistry::define_string_guc(
-        c"leaf_id.node_name",
-        c"Name of this node in leaf_worker; empty means the system identifier and port.",
-        c"The same node name gets the same worker id back after a restart.",
-        &NODE_NAME,
-        GucContext::Suset,
-        GucFlags::default(),
-    );
+    // SAFETY: the hook is a #[pg_guard] function
+    unsafe {
+        GucRegistry::define_string_guc_with_hooks(
+            c"leaf_id.node_name",
+            c"Name of this node in leaf_worker (at most 256 bytes); empty means the system identifier and port.",
+            c"The same node name gets the same worker id back after a restart.",
+            &NODE_NAME,
+            GucContext::Suset,
+            GucFlags::default(),
+            Some(check_node_name),
+            None,
+            None,
+        )
+    };
     GucRegistry::define_int_guc(
         c"leaf_id.max_backward_ms",
         c"Clock rollback the snowflake generator waits out (twice the offset) instead of failing.",
@@ -200,6 +206,39 @@ pub fn epoch_ms() -> Result<i64, String> {
 }
 
 /// Node name: the setting, or `<system identifier>:<port>`.
+/// Longest `leaf_id.node_name`: the bytes shared memory keeps of it (the
+/// renewals and the close compare the row's name with the kept one, so a
+/// longer name would never match).
+pub const NODE_NAME_MAX_BYTES: usize = 256;
+
+/// Refuse a node name shared memory cannot keep whole (22023).
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn check_node_name(
+    newval: *mut *mut std::ffi::c_char,
+    _extra: *mut *mut std::ffi::c_void,
+    _source: pgrx::pg_sys::GucSource::Type,
+) -> bool {
+    let value = unsafe { *newval };
+    if value.is_null() {
+        return true;
+    }
+    let len = unsafe { std::ffi::CStr::from_ptr(value) }.to_bytes().len();
+    if len <= NODE_NAME_MAX_BYTES {
+        return true;
+    }
+    let detail = CString::new(format!(
+        "leaf_id.node_name is {len} bytes long; the limit is {NODE_NAME_MAX_BYTES}."
+    ))
+    .expect("no NUL");
+    unsafe {
+        pgrx::pg_sys::GUC_check_errcode(crate::errors::code_of(
+            pgrx::PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+        ));
+        pgrx::pg_sys::GUC_check_errdetail_string = pgrx::pg_sys::pstrdup(detail.as_ptr());
+    }
+    false
+}
+
 pub fn node_name() -> String {
     match NODE_NAME.get() {
         Some(s) if !s.to_bytes().is_empty() => s.to_string_lossy().into_owned(),

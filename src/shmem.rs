@@ -127,7 +127,7 @@ pub struct DbSlot {
     /// Guarded by the database's lock.
     pub error: ErrorCell,
     pub node_name_len: AtomicU32,
-    pub node_name: UnsafeCell<[u8; 256]>,
+    pub node_name: UnsafeCell<[u8; crate::settings::NODE_NAME_MAX_BYTES]>,
     /// The snowflake worker's requests to its renewal helpers, one slot per
     /// other copy of leaf_worker (`renewal_helper`).
     copy_slots: [crate::renewal_helper::CopySlot; crate::renewal_helper::MAX_OTHER_COPIES],
@@ -200,12 +200,13 @@ impl DbSlot {
         self.workers.iter().any(|w| w.pid.load(SeqCst) != 0)
     }
     pub fn set_node_name(&self, name: &str) {
-        let bytes = truncate_utf8(name, 256);
+        let bytes = truncate_utf8(name, crate::settings::NODE_NAME_MAX_BYTES);
         unsafe { (&mut *self.node_name.get())[..bytes.len()].copy_from_slice(bytes) };
         self.node_name_len.store(bytes.len() as u32, SeqCst);
     }
     pub fn node_name(&self) -> String {
-        let len = (self.node_name_len.load(SeqCst) as usize).min(256);
+        let len =
+            (self.node_name_len.load(SeqCst) as usize).min(crate::settings::NODE_NAME_MAX_BYTES);
         unsafe { String::from_utf8_lossy(&(&*self.node_name.get())[..len]).into_owned() }
     }
 }

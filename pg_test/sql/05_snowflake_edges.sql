@@ -26,3 +26,11 @@ SELECT regress_sqlstate('SELECT * FROM leaf_snowflake_decode(1, 9223372036854775
 SELECT regress_sqlstate($$SELECT leaf_snowflake_min_id('294276-12-31 23:59:59+00')$$) AS far_future;
 SELECT regress_sqlstate($$SELECT leaf_snowflake_min_id('294276-12-31 23:59:59+00', 0)$$) AS far_future_epoch;
 SELECT regress_sqlstate($$SELECT leaf_snowflake_min_id('4713-01-01 00:00:00+00 BC')$$) AS far_past;
+
+-- leaf_id.node_name longer than the 256 bytes shared memory keeps is refused
+-- when it is set (22023), so renewals never compare a cut name
+SELECT regress_sqlstate(format('SET leaf_id.node_name = %L', repeat('n', 257))) AS node_name_257_bytes;
+ALTER SYSTEM SET leaf_id.node_name = 'ééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééééé';
+SELECT set_config('leaf_id.node_name', repeat('n', 256), false) IS NOT NULL AS node_name_256_bytes_set;
+SELECT octet_length(current_setting('leaf_id.node_name')) AS node_name_256_bytes_kept;
+RESET leaf_id.node_name;
