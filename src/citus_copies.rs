@@ -316,14 +316,19 @@ pub fn highest_mark_on_other_copies(
             )
         })?);
     }
-    Ok(answers
-        .iter()
-        .map(|a| {
-            let mut parts = a.split(',').map(|p| p.trim().parse::<i64>().ok());
-            let mark = parts.next().flatten().unwrap_or(0);
-            let mark_epoch = parts.next().flatten();
-            crate::snowflake::claim::floor_for_epoch(mark, mark_epoch, epoch)
-        })
-        .max()
-        .unwrap_or(0))
+    let mut highest = 0;
+    for a in &answers {
+        let mut parts = a.split(',').map(|p| p.trim().parse::<i64>().ok());
+        let mark = parts.next().flatten().unwrap_or(0);
+        let mark_epoch = parts.next().flatten();
+        let floor =
+            crate::snowflake::claim::floor_for_epoch(mark, mark_epoch, epoch).map_err(|e| {
+                JobError::new(
+                    PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+                    e.describe(worker_id),
+                )
+            })?;
+        highest = highest.max(floor);
+    }
+    Ok(highest)
 }

@@ -83,11 +83,14 @@ impl CopySlot {
     fn free(&self) -> bool {
         match self.pid.load(SeqCst) {
             0 => true,
+            // a compare-and-swap: a helper that starts at this instant stores
+            // its pid first, and its slot is then not given to another
             STARTING
                 if crate::clock::unix_ms() - self.registered_at.load(SeqCst) > START_GRACE_MS =>
             {
-                self.pid.store(0, SeqCst);
-                true
+                self.pid
+                    .compare_exchange(STARTING, 0, SeqCst, SeqCst)
+                    .is_ok()
             }
             _ => false,
         }
@@ -189,7 +192,10 @@ unsafe extern "C-unwind" fn helper_exit(_code: i32, arg: pg_sys::Datum) {
     let (db, s) = unpack_pair(arg);
     let (db, s) = (db as usize, s as usize);
     if let Some(sh) = shared() {
-        sh.db(db).copy_slots()[s].pid.store(0, SeqCst);
+        let pid = unsafe { pg_sys::MyProcPid };
+        let _ = sh.db(db).copy_slots()[s]
+            .pid
+            .compare_exchange(pid, 0, SeqCst, SeqCst);
         let latch = sh.db(db).worker(Role::Snowflake).latch.load(SeqCst);
         if !latch.is_null() {
             unsafe { pg_sys::SetLatch(latch) };
@@ -211,7 +217,15 @@ pub extern "C-unwind" fn leaf_id_renewal_helper_main(arg: pg_sys::Datum) {
     let Some(slot) = sh.db(db).copy_slots().get(s) else {
         return;
     };
-    slot.pid.store(unsafe { pg_sys::MyProcPid }, SeqCst);
+    // the slot is this helper's only while the worker still waits for one
+    // to start (it gives a helper up after START_GRACE_MS)
+    if slot
+        .pid
+        .compare_exchange(STARTING, unsafe { pg_sys::MyProcPid }, SeqCst, SeqCst)
+        .is_err()
+    {
+        return;
+    }
     unsafe { pg_sys::on_shmem_exit(Some(helper_exit), arg) };
     let dboid = sh.db(db).dboid.load(SeqCst);
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(dboid)), None);

@@ -205,7 +205,6 @@ pub fn epoch_ms() -> Result<i64, String> {
         .map_err(|_| format!("leaf_id.epoch_ms = \"{raw}\" is not a number of milliseconds"))
 }
 
-/// Node name: the setting, or `<system identifier>:<port>`.
 /// Longest `leaf_id.node_name`: the bytes shared memory keeps of it (the
 /// renewals and the close compare the row's name with the kept one, so a
 /// longer name would never match).
@@ -239,6 +238,7 @@ unsafe extern "C-unwind" fn check_node_name(
     false
 }
 
+/// Node name: the setting, or `<system identifier>:<port>`.
 pub fn node_name() -> String {
     match NODE_NAME.get() {
         Some(s) if !s.to_bytes().is_empty() => s.to_string_lossy().into_owned(),

@@ -228,7 +228,9 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
             let mark = row.get::<i64>(1).ok().flatten().unwrap_or(0);
             let mark_epoch = row.get::<i64>(2).ok().flatten();
             let epoch = crate::snowflake_api::epoch();
-            let mut mark = claim::floor_for_epoch(mark, mark_epoch, epoch);
+            let mut mark = claim::floor_for_epoch(mark, mark_epoch, epoch).map_err(|e| {
+                JobError::new(PgSqlErrorCode::ERRCODE_DATA_CORRUPTED, e.describe(id))
+            })?;
             // on Citus this node's copy may have missed leases that a
             // majority granted (a released row's last holder went on
             // renewing without it): a claim that wrote every copy reads

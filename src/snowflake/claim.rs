@@ -177,10 +177,42 @@ pub fn own_row(row: &RegistryRow, my_token: i64, now_ms: i64) -> OwnRow {
 /// The persisted mark, moved to the current epoch: a mark `m` persisted
 /// under epoch `e_old` bounds IDs whose time part is at most `m - e_old`, so
 /// under epoch `e_new` only milliseconds above `m - e_old + e_new` are new.
-pub fn floor_for_epoch(mark: i64, mark_epoch: Option<i64>, epoch: i64) -> i64 {
+/// `epoch` is the current (valid, not negative) epoch. A stored epoch the
+/// generator cannot have written the mark under (negative, or after the
+/// mark: a hand edit) bounds nothing, so no floor follows from it.
+pub fn floor_for_epoch(
+    mark: i64,
+    mark_epoch: Option<i64>,
+    epoch: i64,
+) -> Result<i64, ImplausibleEpoch> {
     match mark_epoch {
-        Some(e_old) if mark > 0 => mark.saturating_add(epoch - e_old),
-        _ => mark,
+        Some(e_old) if mark > 0 => {
+            if !(0..=mark).contains(&e_old) {
+                return Err(ImplausibleEpoch {
+                    mark,
+                    epoch_ms: e_old,
+                });
+            }
+            // mark - e_old is in [0, mark]: no overflow
+            Ok((mark - e_old).saturating_add(epoch))
+        }
+        _ => Ok(mark),
+    }
+}
+
+/// A row whose `epoch_ms` no generator can have written with its mark.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub struct ImplausibleEpoch {
+    pub mark: i64,
+    pub epoch_ms: i64,
+}
+
+impl ImplausibleEpoch {
+    pub fn describe(&self, worker_id: i64) -> String {
+        format!(
+            "the leaf_worker row of snowflake worker id {worker_id} has epoch_ms {} and last_timestamp {}: no generator writes a mark before its epoch or a negative epoch, so the row was edited and bounds no IDs; set epoch_ms to the epoch its IDs were issued under",
+            self.epoch_ms, self.mark
+        )
     }
 }
 
@@ -381,14 +413,40 @@ mod tests {
 
     #[test]
     fn floor_moves_with_the_epoch() {
-        assert_eq!(floor_for_epoch(5000, Some(1000), 1000), 5000);
+        assert_eq!(floor_for_epoch(5000, Some(1000), 1000), Ok(5000));
         assert_eq!(
             floor_for_epoch(5000, Some(1000), 1300),
-            5300,
+            Ok(5300),
             "later epoch: same IDs come 300 ms later"
         );
-        assert_eq!(floor_for_epoch(5000, Some(1000), 800), 4800);
-        assert_eq!(floor_for_epoch(5000, None, 800), 5000);
-        assert_eq!(floor_for_epoch(0, Some(1000), 5000), 0, "no mark, no floor");
+        assert_eq!(floor_for_epoch(5000, Some(1000), 800), Ok(4800));
+        assert_eq!(floor_for_epoch(5000, None, 800), Ok(5000));
+        assert_eq!(
+            floor_for_epoch(0, Some(1000), 5000),
+            Ok(0),
+            "no mark, no floor"
+        );
+    }
+
+    #[test]
+    fn a_hand_edited_epoch_gives_no_floor_and_no_overflow() {
+        let epoch = 1_288_834_974_657;
+        let mark = 1_800_000_000_000;
+        // i64::MIN used to overflow epoch - e_old (a panic, or in release a
+        // wrap to a floor far below the mark); i64::MAX and any epoch after
+        // the mark lowered the floor below every issued ID
+        for e_old in [i64::MIN, -1, mark + 1, i64::MAX] {
+            assert_eq!(
+                floor_for_epoch(mark, Some(e_old), epoch),
+                Err(ImplausibleEpoch {
+                    mark,
+                    epoch_ms: e_old
+                }),
+                "epoch_ms {e_old}"
+            );
+        }
+        assert_eq!(floor_for_epoch(mark, Some(0), epoch), Ok(mark + epoch));
+        assert_eq!(floor_for_epoch(mark, Some(mark), epoch), Ok(epoch));
+        assert_eq!(floor_for_epoch(i64::MAX, Some(0), epoch), Ok(i64::MAX));
     }
 }
