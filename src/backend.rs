@@ -160,7 +160,7 @@ pub fn shared_db() -> (&'static Shared, usize) {
 /// negative `n` are refused.
 pub fn ids_in_chunks(
     n: Option<i32>,
-    mut take: impl FnMut(i64) -> (i64, i64),
+    mut take: impl FnMut(i64) -> (i64, i64) + 'static,
 ) -> pgrx::iter::SetOfIterator<'static, i64> {
     let n = match n {
         None => raise(
@@ -175,13 +175,21 @@ pub fn ids_in_chunks(
         ),
         Some(n) => n as i64,
     };
-    let mut ranges = Vec::new();
+    // one chunk at a time, as the rows are read: a huge batch holds no
+    // list of IDs, can be cancelled between any two chunks, and takes IDs
+    // no faster than its rows are used
     let mut left = n;
-    while left > 0 {
-        pgrx::check_for_interrupts!();
-        let (first, count) = take(left);
-        ranges.push(first..first + count);
-        left -= count;
-    }
-    pgrx::iter::SetOfIterator::new(ranges.into_iter().flatten())
+    let mut chunk = 0..0;
+    pgrx::iter::SetOfIterator::new(std::iter::from_fn(move || {
+        if chunk.is_empty() {
+            if left == 0 {
+                return None;
+            }
+            pgrx::check_for_interrupts!();
+            let (first, count) = take(left);
+            chunk = first..first + count;
+            left -= count;
+        }
+        chunk.next()
+    }))
 }

@@ -4,7 +4,7 @@
 use crate::backend::{self, Deadline};
 use crate::clock::tstz_from_unix_us;
 use crate::errors::{raise, raise_recorded, require_writable};
-use crate::segment::buffer::{MAX_TAKE, SlowPath, TakeMany};
+use crate::segment::buffer::{SlowPath, TakeMany};
 use crate::shmem::{Role, Shared, TAG_MAX_CHARS, TagStatus};
 use pgrx::prelude::*;
 use std::cell::RefCell;
@@ -227,13 +227,21 @@ fn leaf_segment_next(tag: Option<&str>) -> i64 {
     next_id(tag)
 }
 
-/// `n` IDs of the tag in one call: each chunk is one `fetch_add` on the
-/// current segment, so n IDs that fit in the segment cost one atomic step.
+/// IDs one chunk of a batch call takes with one `fetch_add` (at most
+/// `segment::buffer::MAX_TAKE`).
+const BATCH_CHUNK: u64 = 256;
+
+/// `n` IDs of the tag in one call, produced as the rows are read: each
+/// chunk of up to `BATCH_CHUNK` IDs is one `fetch_add` on the current
+/// segment, so single calls of other sessions get in between.
 #[pg_extern(volatile, parallel_unsafe, name = "leaf_segment_next")]
 fn leaf_segment_next_n(tag: Option<&str>, n: Option<i32>) -> SetOfIterator<'static, i64> {
     let tag = validate_tag(tag);
     require_writable("leaf_segment_next()");
-    backend::ids_in_chunks(n, |left| next_ids(tag, (left as u64).min(MAX_TAKE)))
+    let tag = tag.to_string();
+    backend::ids_in_chunks(n, move |left| {
+        next_ids(&tag, (left as u64).min(BATCH_CHUNK))
+    })
 }
 
 #[allow(clippy::type_complexity)]

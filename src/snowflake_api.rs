@@ -72,11 +72,13 @@ pub fn check_epoch() -> Result<i64, String> {
 }
 
 fn next_id() -> i64 {
-    next_ids(1).0
+    next_ids(1, false).0
 }
 
-/// Up to `want` consecutive IDs of one millisecond: `(first, count)`.
-fn next_ids(want: i64) -> (i64, i64) {
+/// Up to `want` consecutive IDs of one millisecond: `(first, count)`; for a
+/// `batch`, one chunk that leaves single calls their share
+/// (`Generator::next_batch_ids`).
+fn next_ids(want: i64, batch: bool) -> (i64, i64) {
     let (sh, db) = backend::shared_db();
     let slot = sh.db(db);
     let mut deadline: Option<Deadline> = None;
@@ -88,7 +90,13 @@ fn next_ids(want: i64) -> (i64, i64) {
                 max_backward_ms: settings::MAX_BACKWARD_MS.get() as i64,
                 random_start: settings::RANDOM_SEQUENCE_START.get(),
             };
-            match slot.generator.next_ids(&cfg, &PgClock, &mut random, want) {
+            let got = if batch {
+                slot.generator
+                    .next_batch_ids(&cfg, &PgClock, &mut random, want)
+            } else {
+                slot.generator.next_ids(&cfg, &PgClock, &mut random, want)
+            };
+            match got {
                 Ok(ids) => {
                     if deadline.is_some() {
                         backend::end_wait();
@@ -172,12 +180,13 @@ fn leaf_snowflake_next() -> i64 {
     next_id()
 }
 
-/// `n` snowflake IDs in one call, increasing: each run of one millisecond is
-/// one compare-and-swap (up to 4,096 IDs).
+/// `n` snowflake IDs in one call, increasing, produced as the rows are read:
+/// each chunk is one compare-and-swap of up to 256 IDs, and a batch leaves
+/// the top 1,024 sequence numbers of every millisecond to single calls.
 #[pg_extern(volatile, parallel_unsafe, name = "leaf_snowflake_next")]
 fn leaf_snowflake_next_n(n: Option<i32>) -> SetOfIterator<'static, i64> {
     require_writable("leaf_snowflake_next()");
-    backend::ids_in_chunks(n, next_ids)
+    backend::ids_in_chunks(n, |left| next_ids(left, true))
 }
 
 /// STABLE: the answer depends on leaf_id.epoch_ms. For an index or a
