@@ -57,8 +57,10 @@ fn reserve_io_error(e: std::io::Error) -> JobError {
 /// end of what this server lifetime already reserved for the tag
 /// (`reserved_end`): a row deleted and inserted again, or a `max_id` moved
 /// back, cannot make a range overlap one already handed to callers.
+#[allow(clippy::too_many_arguments)]
 fn reserve(
     schema: &Schema,
+    dboid: u32,
     tag: &str,
     reserved_end: i64,
     policy: StepPolicy,
@@ -144,6 +146,18 @@ fn reserve(
         // again, or moved back) voids its reserve: others may hand those
         // IDs out now
         let drop_kept = citus_oid.is_some_and(|oid| max_id < kept.reserved_through(tag, oid));
+        if drop_kept {
+            // written before the commit, as a take from the reserve is: a
+            // crash after the commit must not leave the file serving ranges
+            // that the moved-back row lets other nodes hand out
+            let mut dropped = kept.clone();
+            dropped.drop_tag(tag);
+            local_reserve::save(&data_dir(), dboid, &dropped).map_err(reserve_io_error)?;
+            pgrx::warning!(
+                "leaf_id: the reserve of tag \"{}\" was dropped: leaf_alloc.max_id is below the ranges this server reserved (the row was moved back, or deleted and inserted again)",
+                tag
+            );
+        }
         let target = settings::CITUS_RESERVE.get() as i64;
         let extra = match citus_oid {
             Some(oid) if target > 0 => {
@@ -319,18 +333,15 @@ impl SegmentJobs {
             .clone()
     }
 
-    /// After a committed reservation: drop the tag's reserve if its row was
-    /// moved back, and add the reservation's extra range.
+    /// After a committed reservation: add its extra range to the reserve
+    /// (a drop of the tag's reserve was written before the commit).
     fn keep_extra(&mut self, dboid: u32, tag: &str, r: &Reserved) {
         if !r.drop_kept && r.extra.is_none() {
             return;
         }
         let mut kept = self.kept_reserve(dboid);
-        if r.drop_kept && kept.drop_tag(tag) {
-            pgrx::warning!(
-                "leaf_id: the reserve of tag \"{}\" was dropped: leaf_alloc.max_id is below the ranges this server reserved (the row was moved back, or deleted and inserted again)",
-                tag
-            );
+        if r.drop_kept {
+            kept.drop_tag(tag); // written before the commit already
         }
         if let Some((oid, range)) = r.extra {
             kept.add(tag, oid, range, r.end);
@@ -487,6 +498,7 @@ impl SegmentJobs {
                 known_step = known_step.or(tuned);
                 let r = reserve(
                     schema,
+                    ctx.dboid,
                     &tag,
                     reserved_end,
                     Self::policy(),
@@ -501,9 +513,15 @@ impl SegmentJobs {
             })
             .map_err(|e| explain_unreachable(e, &format!("refill tag \"{tag}\""), "leaf_alloc"))
         });
+        if !served_by_reserve {
+            // a refill may have written the file (a dropped reserve) and
+            // then failed: the file is the truth
+            self.reserve = None;
+        }
         let result = match result {
             Ok(r) => {
                 if !served_by_reserve {
+                    crate::settings::fault_point("after_refill_commit");
                     if self.citus_failed_at.take().is_some() {
                         pgrx::log!("leaf_id: refills through Citus work again");
                     }

@@ -21,6 +21,7 @@ pub static RANDOM_SEQUENCE_START: GucSetting<bool> = GucSetting::<bool>::new(tru
 pub static HEARTBEAT_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(1000);
 pub static LEASE_AHEAD: GucSetting<i32> = GucSetting::<i32>::new(3000);
 pub static TEST_CLOCK_OFFSET_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
+pub static TEST_FAULT_POINT: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 
 /// `preloading`: PGC_POSTMASTER settings can only be defined while
 /// shared_preload_libraries is processed; loaded later (a misconfiguration
@@ -161,6 +162,26 @@ pub fn register(preloading: bool) {
         GucContext::Suset,
         GucFlags::UNIT_MS,
     );
+    GucRegistry::define_string_guc(
+        c"leaf_id.test_fault_point",
+        c"FOR TESTS ONLY: the background worker crashes (abort) when it reaches the named point; empty: never.",
+        c"Points: after_refill_commit. Lets tests crash the worker inside a window between two of its steps.",
+        &TEST_FAULT_POINT,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+}
+
+/// A crash for tests at a named point of a worker job
+/// (`leaf_id.test_fault_point`).
+pub fn fault_point(name: &str) {
+    if TEST_FAULT_POINT
+        .get()
+        .is_some_and(|p| p.to_bytes() == name.as_bytes())
+    {
+        pgrx::log!("leaf_id: leaf_id.test_fault_point = {name}: crashing");
+        std::process::abort();
+    }
 }
 
 fn register_postmaster_settings() {
