@@ -526,7 +526,10 @@ fn renew(schema: &Schema, db: usize) -> Result<i64, JobError> {
 /// clock catches up with a mark set ahead of it. The row keeps a mark that
 /// someone else raised above our lease. If this fails, the lease stays
 /// persisted: safe. Runs on the worker's exit and before every re-claim.
-pub fn close_and_persist(db: usize) {
+/// `release_token`: the row's owner token goes too (a shutdown, a re-claim);
+/// an idle exit keeps it, so that the next worker of this lifetime needs no
+/// write of every Citus copy to take the row back.
+pub fn close_and_persist(db: usize, release_token: bool) {
     let slot = shared().expect("shared memory").db(db);
     let epoch = crate::snowflake_api::epoch();
     // after this no ID can be issued with a later millisecond
@@ -557,8 +560,8 @@ pub fn close_and_persist(db: usize) {
             }
             client
                 .update(
-                    // the owner token goes too: a restart takes the row
-                    // back at once, and so may a copy of this server
+                    // on a shutdown the owner token goes too: a restart
+                    // takes the row back at once, and so may a copy
                     &sql::worker_close(schema),
                     None,
                     &[
@@ -568,6 +571,7 @@ pub fn close_and_persist(db: usize) {
                         epoch.into(),
                         lease.into(),
                         token.into(),
+                        release_token.into(),
                     ],
                 )
                 .map_err(spi_err)
@@ -643,7 +647,7 @@ impl SnowflakeJobs {
         if state == SnowflakeState::Requested as u32 {
             // nothing may be issued while the claim changes the generator
             if !slot.generator.is_closed() {
-                close_and_persist(ctx.db);
+                close_and_persist(ctx.db, true);
             }
             slot.generator.close(crate::snowflake_api::epoch());
             let db = ctx.db;

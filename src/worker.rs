@@ -188,7 +188,7 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
     let mut idle = Idle::new();
     loop {
         if ctx.stopping() {
-            close_for_exit(&ctx);
+            close_for_exit(&ctx, true);
             break;
         }
         if BackgroundWorker::sighup_received() {
@@ -237,8 +237,10 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
             );
             // as on a clean shutdown; calls meanwhile (a closed generator, a
             // refill request) find no worker once it has gone and start the
-            // next one; the cached ranges become gaps (`detach`)
-            close_for_exit(&ctx);
+            // next one; the cached ranges become gaps (`detach`). The row
+            // keeps its owner token: the next worker of this lifetime takes
+            // it back as its own (on Citus, with a majority of the copies)
+            close_for_exit(&ctx, false);
             break;
         }
         let timeout = [due, idle_left]
@@ -268,13 +270,13 @@ enum Jobs {
 }
 
 /// Before a clean exit (SIGTERM, or idle): close the snowflake generator and
-/// persist its exact last millisecond. No more interrupts: the last mark is
-/// written, and a wait for a synchronous standby ends at once
-/// (ProcDiePending).
-fn close_for_exit(ctx: &WorkerContext) {
+/// persist its exact last millisecond; `release_token`: also let go of the
+/// row's owner token. No more interrupts: the last mark is written, and a
+/// wait for a synchronous standby ends at once (ProcDiePending).
+fn close_for_exit(ctx: &WorkerContext, release_token: bool) {
     if ctx.role == Role::Snowflake {
         unsafe { pg_sys::InterruptHoldoffCount += 1 };
-        crate::snowflake_worker::close_and_persist(ctx.db);
+        crate::snowflake_worker::close_and_persist(ctx.db, release_token);
     }
 }
 

@@ -339,7 +339,7 @@ fn renew_in(s: &Schema, relation: &str) -> String {
 }
 
 /// Close id $2 of node $3 with token $6: the mark goes down to $1 unless
-/// someone raised it above the lease $5; the token goes (epoch $4).
+/// someone raised it above the lease $5 (epoch $4); the token goes if $7.
 pub fn worker_close(s: &Schema) -> String {
     format!(
         "UPDATE {} SET last_timestamp = \
@@ -347,7 +347,8 @@ pub fn worker_close(s: &Schema) -> String {
          OR owner_token OPERATOR(pg_catalog.<>) $6 \
          THEN {}(worker_id, node_name, owner_token) \
          WHEN last_timestamp OPERATOR(pg_catalog.>) $5 THEN last_timestamp ELSE $1 END, \
-         owner_token = NULL, epoch_ms = $4, heartbeat_at = pg_catalog.now() \
+         owner_token = CASE WHEN $7 THEN NULL ELSE owner_token END, \
+         epoch_ms = $4, heartbeat_at = pg_catalog.now() \
          WHERE worker_id OPERATOR(pg_catalog.=) $2 \
          RETURNING last_timestamp",
         s.table(Table::Worker),
