@@ -283,6 +283,36 @@ pub fn renew_on_majority(
     ))
 }
 
+/// The mark of `worker_id` on this node's copy of leaf_worker (moved into
+/// `epoch`), read from the shard itself, without Citus.
+pub fn mark_on_own_copy(
+    client: &mut SpiClient,
+    copies: &Copies,
+    worker_id: i64,
+    epoch: i64,
+) -> Result<i64, JobError> {
+    let Some(row) = client
+        .select(
+            &sql::shard_worker_mark(&copies.shard),
+            None,
+            &[(worker_id as i32).into()],
+        )
+        .map_err(spi_err)?
+        .into_iter()
+        .next()
+    else {
+        return Ok(0);
+    };
+    let mark = row.get::<i64>(1).map_err(spi_err)?.unwrap_or(0);
+    let mark_epoch = row.get::<i64>(2).map_err(spi_err)?;
+    crate::snowflake::claim::floor_for_epoch(mark, mark_epoch, epoch).map_err(|e| {
+        JobError::new(
+            PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+            e.describe(worker_id),
+        )
+    })
+}
+
 /// The highest mark of `worker_id` on the other nodes' copies (each moved
 /// into `epoch`), read on each node: a claim that takes over a released row
 /// must issue above every lease its last holder was granted, and a majority

@@ -231,16 +231,22 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
             let mut mark = claim::floor_for_epoch(mark, mark_epoch, epoch).map_err(|e| {
                 JobError::new(PgSqlErrorCode::ERRCODE_DATA_CORRUPTED, e.describe(id))
             })?;
-            // on Citus this node's copy may have missed leases that a
-            // majority granted (a released row's last holder went on
-            // renewing without it): a claim that wrote every copy reads
-            // every copy's mark as well
-            if wrote_registry
-                && let Some(copies) = crate::citus_copies::of_worker_registry(client, schema)?
-            {
-                mark = mark.max(crate::citus_copies::highest_mark_on_other_copies(
-                    client, schema, &copies, id, epoch,
+            if let Some(copies) = crate::citus_copies::of_worker_registry(client, schema)? {
+                // this node's own copy, read without Citus (which may read
+                // another copy): it is in every majority that granted this
+                // node a lease, so a restart's floor covers them all
+                mark = mark.max(crate::citus_copies::mark_on_own_copy(
+                    client, &copies, id, epoch,
                 )?);
+                // this node's copy may have missed leases that a majority
+                // granted (a released row's last holder went on renewing
+                // without it): a claim that wrote every copy reads every
+                // copy's mark as well
+                if wrote_registry {
+                    mark = mark.max(crate::citus_copies::highest_mark_on_other_copies(
+                        client, schema, &copies, id, epoch,
+                    )?);
+                }
             }
             return Ok((id, mark.max(taken_at)));
         }
@@ -278,7 +284,7 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
         schema,
         worker_id,
         &node,
-        clock_ms().max(floor).max(last) + ahead,
+        clock_ms().max(floor).max(last).saturating_add(ahead),
         wrote_registry,
     )?;
     Ok(Claimed {

@@ -111,6 +111,9 @@ pub const FORCED_SETTINGS: &[(&CStr, &CStr)] = &[
     (c"statement_timeout", c"0"),
     (c"idle_in_transaction_session_timeout", c"0"),
     (c"standard_conforming_strings", c"on"),
+    // an error the worker catches must stay an error (any role may set
+    // exit_on_error for the database, and FATAL would end the worker)
+    (c"exit_on_error", c"off"),
     (c"application_name", c"leaf_id worker"),
 ];
 

@@ -14,6 +14,14 @@ use pgrx::spi::Spi;
 /// `tab`, read as the table's owner in a security-restricted operation.
 #[pg_extern(volatile, parallel_unsafe)]
 fn leaf_id_column_max(tab: pg_sys::Oid, col: &str) -> Option<i64> {
+    // reads as another role: never for anyone granted EXECUTE by mistake
+    if !unsafe { pg_sys::superuser() } {
+        crate::errors::raise(
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            "leaf_id_column_max() is for superusers",
+            None,
+        );
+    }
     let owner = Spi::get_two_with_args::<pg_sys::Oid, String>(
         "SELECT c.relowner, c.relkind::pg_catalog.text FROM pg_catalog.pg_class c \
          WHERE c.oid OPERATOR(pg_catalog.=) $1",
@@ -58,6 +66,18 @@ fn leaf_id_column_max(tab: pg_sys::Oid, col: &str) -> Option<i64> {
         );
         // settings the owner's code changes end with the read
         level = pg_sys::NewGUCNestLevel();
+        // a row-level security policy (the owner's FORCE ROW LEVEL SECURITY)
+        // raises instead of running the owner's code or hiding rows
+        pg_sys::set_config_option(
+            c"row_security".as_ptr(),
+            c"off".as_ptr(),
+            pg_sys::GucContext::PGC_SUSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SAVE,
+            true,
+            0,
+            false,
+        );
     }
     // an error ends the transaction, whose abort restores the user
     let max = Spi::get_one::<i64>(&query).unwrap_or_else(|e| {

@@ -298,6 +298,14 @@ pub fn worker_mark(s: &Schema) -> String {
     )
 }
 
+/// The mark and its epoch of id $1 on this node's copy of leaf_worker.
+pub fn shard_worker_mark(shard: &Shard) -> String {
+    format!(
+        "SELECT last_timestamp, epoch_ms FROM {} WHERE worker_id OPERATOR(pg_catalog.=) $1",
+        shard.qualified
+    )
+}
+
 /// Take back id $1 of node $2 from token $3 (0: none) for token $4, when
 /// its lease is before $5 or it has no token; every copy must agree.
 pub fn worker_take_back(s: &Schema) -> String {

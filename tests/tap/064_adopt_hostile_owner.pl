@@ -6,6 +6,8 @@
 #  2. she gives her table a partial index whose predicate calls an IMMUTABLE
 #     function of hers (the planner folds it when it plans a query on the
 #     table): the adoption works, and her function runs only as herself;
+#  3. she forces row-level security on her table with a policy that calls
+#     her function: the read raises (42501) instead of running it;
 # and the functions that write the extension's schema into SQL work in a
 # schema whose name needs quotes (CREATE EXTENSION leaf_id SCHEMA "Leaf Id").
 use strict;
@@ -29,6 +31,14 @@ CREATE RULE "_RETURN" AS ON SELECT TO mallory.as_view DO INSTEAD SELECT mallory.
 CREATE TABLE mallory.with_index (id serial, v integer);
 INSERT INTO mallory.with_index (v) SELECT g FROM generate_series(1, 10) g;
 CREATE INDEX ON mallory.with_index (v) WHERE mallory.folded();
+-- a policy whose function would run in the read (as the owner, who could
+-- rename the extension's schema under the adopt function) and hide rows
+CREATE TABLE mallory.with_policy (id serial, v integer);
+INSERT INTO mallory.with_policy (v) SELECT g FROM generate_series(1, 10) g;
+CREATE FUNCTION mallory.policy_ran() RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_catalog.nextval('mallory.superuser_runs'); RETURN false; END $$;
+ALTER TABLE mallory.with_policy ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
+CREATE POLICY hide ON mallory.with_policy USING (mallory.policy_ran());
 RESET ROLE;
 });
 is(superuser_runs($node), '0,f', 'premise: nothing ran as a superuser while mallory planted');
@@ -51,6 +61,12 @@ is(superuser_runs($node), '0,f', "the planted predicate did not run as a superus
 is( $node->safe_psql('postgres',
 		'SET ROLE mallory; INSERT INTO mallory.with_index (v) VALUES (0) RETURNING id'),
 	'11', 'an insert takes the new default');
+
+$r = try_sql($node, 'postgres',
+	q{SELECT leaf_segment_adopt_sequence('mallory.with_policy_id_seq', 'with_policy', 5)});
+is($r->{sqlstate}, '42501', 'a table whose row-level security applies to its owner is refused')
+  or diag $r->{err};
+is(superuser_runs($node), '0,f', 'the policy\'s function did not run');
 
 # A schema whose name needs quotes
 $node->safe_psql('postgres', 'CREATE DATABASE quoted');
