@@ -61,6 +61,8 @@ $node->start;
 is(row('owner_token IS NULL'), 't', 'a clean shutdown leaves the row without a token');
 my $r = repeat_sql($node, 'INSERT INTO ids (phase, id) SELECT 2, leaf_snowflake_next()', seconds => 10);
 is($r->{ok}, 1, 'after a clean restart IDs are issued') or diag explain $r->{errors};
+is(scalar @{ $r->{errors} }, 0, 'after a clean restart no call is refused, not even the first')
+  or diag explain $r->{errors};
 is(row('owner_token'), $token1,
 	'a restart of the same data directory in the same boot keeps its owner token (pgsql_tmp_leaf_id_owner)');
 ok($node->log_contains(qr/this restart of the data directory keeps owner token $token1/), 'which is logged');
