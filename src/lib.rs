@@ -9,7 +9,9 @@
 //! `transaction` (its hardened session and transactions), `backend` (waiting on it),
 //! `segment_api` and `snowflake_api` (the SQL functions), `guard_api` (checks
 //! run on every copy of a table by the worker's updates), `citus_copies` (the snowflake
-//! renewal on a majority of the Citus copies of leaf_worker), `errors`.
+//! renewal on a majority of the Citus copies of leaf_worker), `errors`, and
+//! `runtime` (what both modes share: `worker_sql`, the one module that
+//! builds SQL text; `as_owner`, reading a table as its owner).
 
 use pgrx::prelude::*;
 

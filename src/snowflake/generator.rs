@@ -84,6 +84,11 @@ pub struct Generator {
     pub lease_ms: AtomicI64,
     pub rollback_events: AtomicU64,
     pub sequence_waits: AtomicU64,
+    /// Bumped by every reopen and reset, before the word that lets callers
+    /// issue again: a caller whose checks (floor, lease) ran before a close
+    /// and whose compare-and-swap lands after a reopen that put back the
+    /// very word it read (ABA) sees the change and does not use its ID.
+    openings: AtomicU64,
 }
 
 impl Generator {
@@ -116,6 +121,7 @@ impl Generator {
 
     /// Issue again after `close`, going on from the last issued ID.
     pub fn reopen(&self) {
+        self.openings.fetch_add(1, SeqCst);
         self.last.fetch_and(!CLOSED, SeqCst);
     }
 
@@ -124,6 +130,7 @@ impl Generator {
     /// here is what lets callers issue again.
     pub fn reset(&self, worker_id: i64) {
         debug_assert!((0..=super::layout::MAX_WORKER_ID).contains(&worker_id));
+        self.openings.fetch_add(1, SeqCst);
         self.last
             .store((worker_id as u64 & WORKER_MASK) << WORKER_SHIFT, SeqCst);
     }
@@ -186,9 +193,24 @@ impl Generator {
         want: i64,
         top_seq: i64,
     ) -> Result<(i64, i64), Refusal> {
+        self.take_ids_interleaved(cfg, clock, random, want, top_seq, &mut || {})
+    }
+
+    /// `take_ids`, with `before_cas` run between the checks and the
+    /// compare-and-swap (tests run a close and reopen there).
+    fn take_ids_interleaved(
+        &self,
+        cfg: &Config,
+        clock: &dyn Clock,
+        random: &mut dyn FnMut() -> i64,
+        want: i64,
+        top_seq: i64,
+        before_cas: &mut dyn FnMut(),
+    ) -> Result<(i64, i64), Refusal> {
         let want = want.clamp(1, top_seq + 1);
         let mut waited_backward = false;
         loop {
+            let openings = self.openings.load(SeqCst);
             // Load the state before reading the clock: a clock read that is
             // older than the state (a preempted caller) would look like a
             // rollback; read after it, a smaller clock is a real one.
@@ -242,11 +264,17 @@ impl Generator {
             let new_word = (worker_id << WORKER_SHIFT)
                 | ((t as u64) << SEQUENCE_BITS)
                 | (seq + count - 1) as u64;
+            before_cas();
             if self
                 .last
                 .compare_exchange(word, new_word, SeqCst, SeqCst)
                 .is_ok()
             {
+                if self.openings.load(SeqCst) != openings {
+                    // closed and reopened since the checks: the floor or
+                    // lease may have changed; these IDs are a gap
+                    continue;
+                }
                 return Ok((encode(t, worker_id as i64, seq), count));
             }
             clock.check_interrupts();
@@ -591,6 +619,32 @@ mod tests {
             .next_batch_ids(&cfg(), &clock, &mut zero, 1 << 30)
             .unwrap();
         assert!(decode(first, LEAF_EPOCH_MS).unwrap().unix_ms > T0);
+    }
+
+    /// A caller checks floor and lease, stalls; the generator is closed, a
+    /// re-claim raises the floor (another server issued with the id up to
+    /// it) and reopens, which puts back the word the caller read: its
+    /// compare-and-swap succeeds, but its ID must not be used.
+    #[test]
+    fn a_caller_stalled_across_a_close_and_reopen_does_not_issue_below_the_new_floor() {
+        let g = generator();
+        g.floor_ms.store(T0 - 100, SeqCst);
+        let clock = FakeClock::at(T0);
+        let mut stalled = true;
+        let got = g.take_ids_interleaved(&cfg(), &clock, &mut zero, 1, MAX_SEQUENCE, &mut || {
+            if std::mem::take(&mut stalled) {
+                g.close(LEAF_EPOCH_MS);
+                g.floor_ms.store(T0, SeqCst);
+                g.reopen();
+            }
+        });
+        match got {
+            Ok((id, _)) => {
+                let ms = decode(id, LEAF_EPOCH_MS).unwrap().unix_ms;
+                assert!(ms > T0, "issued at {ms}, not above the floor {T0}");
+            }
+            Err(r) => assert_eq!(r, Refusal::BelowPersistedMark { behind_ms: 1 }),
+        }
     }
 
     #[test]

@@ -135,6 +135,17 @@ $r = try_sql($node, 'fresh', "SELECT leaf_segment_next('v')");
 is($r->{sqlstate}, '55000', 'an unknown catalog version is refused with 55000') or diag $r->{err};
 like($r->{err}, qr/library \Q$version\E cannot serve its catalog of version 9\.9\.9/,
 	'the refusal names both versions');
+# snowflake mode too: a database that has not claimed a worker id yet
+$node->safe_psql('postgres', 'CREATE DATABASE sf_version');
+$node->safe_psql('sf_version', q{CREATE EXTENSION leaf_id;
+UPDATE pg_extension SET extversion = '9.9.9' WHERE extname = 'leaf_id'});
+$r = try_sql($node, 'sf_version', 'SELECT leaf_snowflake_next()');
+is($r->{sqlstate}, '55000', 'snowflake mode: an unknown catalog version is refused with 55000')
+  or diag $r->{err};
+like($r->{err}, qr/cannot serve its catalog of version 9\.9\.9/, 'snowflake mode: the refusal names it');
+$node->safe_psql('sf_version', "UPDATE pg_extension SET extversion = '$version' WHERE extname = 'leaf_id'");
+$r = try_sql($node, 'sf_version', 'SELECT leaf_snowflake_next() > 0');
+is($r->{ret}, 0, 'snowflake mode: with its own version back, the catalog is served') or diag $r->{err};
 $node->safe_psql('fresh', "UPDATE pg_extension SET extversion = '$version' WHERE extname = 'leaf_id'");
 $r = try_sql($node, 'fresh', "SELECT leaf_segment_next('v')");
 is($r->{ret}, 0, 'with its own version back, the catalog is served') or diag $r->{err};
