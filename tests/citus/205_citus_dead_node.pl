@@ -134,6 +134,8 @@ note sprintf('worker2 started, not yet activated: %d segment and %d snowflake ID
 ok(!grep({ !/^seg: XX001 .*leaf_alloc.max_id of tag "dn" is \d+ in one copy of the table and different in another/ } @early_refusals),
 	'worker2 not yet activated: the only refusals are of refills, by the guard (stale copy, XX001)')
   or diag explain \@early_refusals;
+cmp_ok(scalar(grep { /^seg: / } @early_refusals), '>', 0,
+	'worker2 not yet activated: its refills are refused (the check above is not empty)');
 my $act = try_sql($coord, 'postgres', "SELECT citus_activate_node('127.0.0.1', $w2port)");
 is($act->{ret}, 0, 'citus_activate_node of the returned worker2 works') or diag $act->{err};
 # citus_disable_node dropped worker2's placements of the reference tables

@@ -70,6 +70,7 @@ for my $n ($coord, $w1)
 my $w3 = citus_node('worker3');
 my $add = try_sql($coord, 'postgres', 'SELECT citus_add_node(\'127.0.0.1\', ' . $w3->port . ')');
 note "citus_add_node of worker3 with worker2 dead: ret $add->{ret} $add->{err}";
+is($add->{sqlstate}, '08006', 'citus_add_node fails with 08006 while a dead node is active');
 if ($add->{ret} == 0)
 {
 	my ($ids, $refusals) = draw_worker_ids($w3, 5);
@@ -82,14 +83,18 @@ is($coord->safe_psql('postgres', $row2_sql), "$w2name true", 'worker id 2 is sti
 # --- citus_remove_node of worker2 ------------------------------------------------
 my $rm = try_sql($coord, 'postgres', "SELECT citus_remove_node('127.0.0.1', $w2port)");
 note "citus_remove_node of dead worker2: ret $rm->{ret} $rm->{err}";
+is($rm->{sqlstate}, '08006', 'citus_remove_node of the dead node fails with 08006 (it connects to it)');
 my $dis = try_sql($coord, 'postgres', "SELECT citus_disable_node('127.0.0.1', $w2port)");
 note "citus_disable_node of dead worker2: ret $dis->{ret} $dis->{err}";
+is($dis->{ret}, 0, 'citus_disable_node of the dead node works') or diag $dis->{err};
 $rm = try_sql($coord, 'postgres', "SELECT citus_remove_node('127.0.0.1', $w2port)");
 note "citus_remove_node of dead, disabled worker2: ret $rm->{ret} $rm->{err}";
+is($rm->{ret}, 0, 'after citus_disable_node, citus_remove_node of the dead node works') or diag $rm->{err};
 if ($add->{ret} != 0)
 {
 	$add = try_sql($coord, 'postgres', 'SELECT citus_add_node(\'127.0.0.1\', ' . $w3->port . ')');
 	note "citus_add_node of worker3 after that: ret $add->{ret} $add->{err}";
+	is($add->{ret}, 0, 'with the dead node removed, citus_add_node of worker3 works') or diag $add->{err};
 }
 for my $n ($coord, $w1, $w3)
 {
@@ -117,6 +122,7 @@ for my $n ($coord, $w1, $w3)
 $w2->start;
 my $back = try_sql($coord, 'postgres', "SELECT citus_add_node('127.0.0.1', $w2port)");
 note "citus_add_node of returning worker2: ret $back->{ret} $back->{err}";
+is($back->{ret}, 0, 'citus_add_node of the returning worker2 works') or diag $back->{err};
 my ($ids, $refusals) = draw_worker_ids($w2, 6);
 note 'worker2 back: worker ids issued: ' . join(',', sort keys %$ids) . '; first refusal: ' . ($refusals->[0] // '-');
 ok(exists $ids->{2} && keys %$ids == 1, 'worker2 back issues with its own worker id 2') or diag explain $ids, $refusals;

@@ -138,6 +138,9 @@ for my $n ($w1, $w2)
 		note sprintf('%s after the coordinator started again: first ID %.2f s after its start', $k, $up->{$k}{first_ok} // -1);
 		ok(defined $up->{$k}{first_ok} && $up->{$k}{first_ok} < 6, "$k: issues again by itself once the coordinator is back");
 	}
+	my $k = $n->name . '_snow';
+	is(join(',', keys %{ $up->{$k}{wids} // {} }), $wid{ $n->name },
+		"$k: with its own worker id once the coordinator is back");
 }
 is($dups, 0, 'no ID issued twice');
 cmp_ok(scalar(keys %{ $ids{snow} }), '>', 0, 'premise: snowflake IDs were drawn');

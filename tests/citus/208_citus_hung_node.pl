@@ -138,6 +138,11 @@ note "IDs issued: " . join(', ', map { "$_ " . scalar(keys %{ $seen{$_} }) } sor
 cmp_ok(scalar(keys %{ $seen{seg} // {} }), '>', 0, 'premise: segment IDs were drawn');
 is($dup{seg} // 0, 0, 'no segment ID issued twice over the three nodes');
 is($dup{snow} // 0, 0, 'no snowflake ID issued twice over the three nodes');
+for my $n ([ $coord, 'coord' ], [ $w1, 'w1' ], [ $w2, 'w2' ])
+{
+	is(snowflake_wids_of($n->[0], "$n->[1]_snow"), $wid{ $n->[0]->name },
+		$n->[0]->name . "'s snowflake IDs all carry its own worker id");
+}
 
 $_->stop for ($w2, $w1, $coord);
 done_testing();

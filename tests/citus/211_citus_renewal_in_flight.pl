@@ -53,7 +53,19 @@ for (1 .. 200)
 cmp_ok(scalar @pids, '>', 2, 'premise: worker2\'s postmaster and its children are found');
 ok($stopped, "premise: worker2 stopped while a renewal of the coordinator waited on it");
 my $t_stop = time;
-sleep 10;
+# while the first helper waits on worker2, no second one is started for that
+# copy: at most one helper per other copy (worker1's comes and goes)
+my ($most, $fewest) = (0, 99);
+my $helpers = q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'leaf_id renewal helper'};
+while (time - $t_stop < 10)
+{
+	my $n = $coord->safe_psql('postgres', $helpers);
+	$most = $n if $n > $most;
+	$fewest = $n if $n < $fewest && time - $t_stop > 1;
+	usleep(200_000);
+}
+cmp_ok($most, '<=', 2, "no second helper for worker2's copy while the first waits (at most $most helpers)");
+cmp_ok($fewest, '>=', 1, 'the helper that waits on worker2 stays (at least one helper throughout)');
 my $t_after = time;
 for my $s (@survivors)
 {
@@ -95,6 +107,11 @@ for my $n ($coord, $w1)
 }
 note 'snowflake IDs issued: ' . scalar(keys %seen);
 is($dup // 0, 0, 'no snowflake ID issued twice');
+for my $s (@survivors)
+{
+	is(snowflake_wids_of($s->[0], "$s->[1]_snow"), $wid{ $s->[0]->name },
+		$s->[0]->name . "'s snowflake IDs all carry its own worker id");
+}
 
 $_->stop for ($w2, $w1, $coord);
 done_testing();

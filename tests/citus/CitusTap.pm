@@ -23,7 +23,7 @@ our @EXPORT = qw(
   citus_node citus_cluster add_citus_node node_label
   run_sessions leaf_worker_id_of start_after_kill9
   DRAWLOG_SQL start_drawing stop_drawing summary first_ok_after
-  shard_of hold_shard_row stop_node
+  shard_of hold_shard_row stop_node snowflake_wids_of
 );
 
 # The one documented set-up statement, run on the coordinator after
@@ -169,6 +169,16 @@ sub start_after_kill9
 		$node->{_pid} = undef;    # a failed start read the dead postmaster's pid file
 	}
 	return 0;
+}
+
+# The worker ids (the IDs' 10 bits) of the snowflake IDs that drawing session
+# $session logged on $node, comma-separated: two nodes that share a
+# millisecond issue the same ID only if they share a worker id.
+sub snowflake_wids_of
+{
+	my ($node, $session) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT coalesce(string_agg(DISTINCT ((id >> 12) & 1023)::text, ','), '') FROM drawlog WHERE session LIKE '$session' AND id IS NOT NULL");
 }
 
 # Drawing sessions that log every call, for tests that kill or stop nodes

@@ -12,9 +12,10 @@
 #     (raise max_id to the source's, leaf_id_reset_cache()) puts the
 #     restored IDs above those too;
 #  3. on the same server under a new name while "app" exists: the copy's
-#     registry names this server for the id "app" uses, so the copy's claim is
-#     refused (55000) instead of issuing with it; a node name of its own
-#     (ALTER DATABASE ... SET leaf_id.node_name) gives it another id;
+#     registry names this server for the id "app" uses, so the copy's claim
+#     releases that row (keeping its mark) and takes a free id instead of
+#     issuing with app's; a node name of its own (ALTER DATABASE ... SET
+#     leaf_id.node_name) gives it another id;
 #  4. on the same server after DROP DATABASE app: the restored max_id is the
 #     dumped one; the documented catch-up puts IDs above the old database's;
 #     the restored database takes this server's worker id back, and its IDs

@@ -50,15 +50,23 @@ my $cold = PostgreSQL::Test::Cluster->new('ownerfile_cold');
 $cold->init_from_backup($orig, 'cold');
 like(slurp_file($cold->data_dir . "/$file"), qr/^token=$token$/m,
 	'premise: the file-level copy has the original\'s owner file');
-$orig->start;
+# the copy starts on the original's own port while the original is stopped:
+# boot, port and system identifier are the original's, only the data
+# directory (its device and inode) tells them apart
+my $cold_port = $cold->port;
+$cold->append_conf('postgresql.conf', 'port = ' . $orig->port . "\n");
+$cold->{_port} = $orig->port;
 $cold->start;
-is(token_of($orig), $token, 'the original, restarted, keeps its token');
 my $cold_token = token_of($cold);
-like($cold_token, qr/^\d+$/, 'the file-level copy holds its copy of the row');
+like($cold_token, qr/^\d+$/, 'the file-level copy, on the original\'s port, holds its copy of the row');
 isnt($cold_token, $token, 'the file-level copy did not inherit the token (another data directory)');
 ok(!$cold->log_contains(qr/keeps owner token/), 'and its log does not say it kept one');
 like(slurp_file($cold->data_dir . "/$file"), qr/^token=$cold_token$/m, 'its owner file now names its own token');
 $cold->stop;
+$cold->append_conf('postgresql.conf', "port = $cold_port\n");
+$cold->{_port} = $cold_port;
+$orig->start;
+is(token_of($orig), $token, 'the original, restarted, keeps its token');
 
 # --- a pg_basebackup copy -----------------------------------------------------
 $orig->backup('base');
