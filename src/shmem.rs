@@ -260,6 +260,19 @@ struct Header {
     /// reinitialisation after a crash): written into the leaf_worker row this
     /// server claims, so a physical copy with the same node name is told apart.
     owner_token: i64,
+    /// Per snowflake worker id: the database of this server that last held
+    /// a lease with it in this lifetime, and the lease's end. Another
+    /// database's registry knows nothing of that lease (a copy of the
+    /// database, a dropped one), so a claim of the id there starts above it.
+    /// Under the global lock.
+    worker_id_leases: [WorkerIdLease; crate::snowflake::layout::MAX_WORKER_ID as usize + 1],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct WorkerIdLease {
+    dboid: u32,
+    until_ms: i64,
 }
 
 pub struct Shared {
@@ -439,6 +452,41 @@ pub struct FreeSlotsExhausted;
 pub struct MarksFull;
 
 impl Shared {
+    /// Global lock held: `db`'s generator may issue with `worker_id` up to
+    /// `until_ms` (noted before the generator gets the lease).
+    pub fn note_worker_id_lease_locked(&self, worker_id: i64, dboid: u32, until_ms: i64) {
+        let Some(e) = (unsafe { (*self.header).worker_id_leases.get_mut(worker_id as usize) })
+        else {
+            return;
+        };
+        if e.dboid == dboid {
+            e.until_ms = e.until_ms.max(until_ms);
+        } else {
+            *e = WorkerIdLease { dboid, until_ms };
+        }
+    }
+
+    /// `note_worker_id_lease_locked`, taking the global lock.
+    pub fn note_worker_id_lease(&self, worker_id: i64, dboid: u32, until_ms: i64) {
+        let _g = self.lock_global();
+        self.note_worker_id_lease_locked(worker_id, dboid, until_ms);
+    }
+
+    /// Global lock held: the end of the lease another database of this
+    /// server last held with `worker_id` in this lifetime (0: none).
+    pub fn other_database_lease_locked(&self, worker_id: i64, dboid: u32) -> i64 {
+        match unsafe { (*self.header).worker_id_leases.get(worker_id as usize) } {
+            Some(e) if e.dboid != 0 && e.dboid != dboid => e.until_ms,
+            _ => 0,
+        }
+    }
+
+    /// `other_database_lease_locked`, taking the global lock.
+    pub fn other_database_lease(&self, worker_id: i64, dboid: u32) -> i64 {
+        let _g = self.lock_global();
+        self.other_database_lease_locked(worker_id, dboid)
+    }
+
     /// This server lifetime's owner token (see `Header::owner_token`).
     pub fn owner_token(&self) -> i64 {
         unsafe { (*self.header).owner_token }

@@ -265,7 +265,10 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
             slot.generator.lease_ms.load(SeqCst),
         )
     });
-    let floor = claim::claim_floor(persisted, kept);
+    // another database of this server may have issued with the id in this
+    // lifetime (its registry is not ours): start above its lease
+    let dboid = slot.dboid.load(SeqCst);
+    let floor = claim::claim_floor(persisted, kept).max(sh.other_database_lease(worker_id, dboid));
     let last = if same_id {
         slot.generator
             .last_issued_ms(crate::snowflake_api::epoch())
@@ -421,14 +424,21 @@ fn used_by_other_database(id: i64) -> JobError {
 pub fn publish_claim(db: usize, c: &Claimed) -> Result<(), JobError> {
     let sh = shared().expect("shared memory");
     let slot = sh.db(db);
-    {
+    let floor = {
         let _g = sh.lock_global();
         if used_by_other_databases(db).contains(&c.worker_id) {
             return Err(used_by_other_database(c.worker_id));
         }
         slot.worker_id.store(c.worker_id as i32, SeqCst);
-    }
-    slot.generator.floor_ms.store(c.floor, SeqCst);
+        let dboid = slot.dboid.load(SeqCst);
+        // (again under the lock: another database may have held it since)
+        let floor = c
+            .floor
+            .max(sh.other_database_lease_locked(c.worker_id, dboid));
+        sh.note_worker_id_lease_locked(c.worker_id, dboid, c.lease);
+        floor
+    };
+    slot.generator.floor_ms.store(floor, SeqCst);
     slot.generator.lease_ms.store(c.lease, SeqCst);
     slot.worker_id_from_registry
         .store(c.configured.is_none(), SeqCst);
@@ -693,7 +703,15 @@ impl SnowflakeJobs {
                 match renewed {
                     // in_transaction refuses a commit that a synchronous
                     // standby has not confirmed
-                    Ok(mark) => slot.generator.lease_ms.store(mark, SeqCst),
+                    Ok(mark) => {
+                        // noted before the generator may issue up to it
+                        sh.note_worker_id_lease(
+                            slot.generator.worker_id(),
+                            slot.dboid.load(SeqCst),
+                            mark,
+                        );
+                        slot.generator.lease_ms.store(mark, SeqCst)
+                    }
                     Err(e) => {
                         ctx.note(&e);
                         let _g = sh.lock_db(ctx.db);

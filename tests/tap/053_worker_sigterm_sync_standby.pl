@@ -59,6 +59,17 @@ ok((@got == 1 && $got[0] >= 11) || (!@got && $err =~ /its commit is not used/),
   or diag $err;
 my $next = $node->safe_psql('postgres', "SELECT leaf_segment_next('cancelled')");
 ok($next >= 11, "the next ID ($next) is above the cancelled range");
+# that ID crossed its segment's prefetch threshold: let the prefetch finish
+# before the standby is required again, so that the refill of "waits" is the
+# worker's next commit (else the prefetch of "cancelled" waits for the
+# standby instead)
+ok( wait_until(
+		30,
+		sub {
+			$node->safe_psql('postgres',
+				"SELECT next_ready AND NOT refill_in_flight FROM leaf_segment_status WHERE tag = 'cancelled'") eq 't';
+		}),
+	'premise: the prefetch of "cancelled" is done');
 $node->safe_psql('postgres',
 	"ALTER SYSTEM SET synchronous_standby_names = 'nobody'; SELECT pg_reload_conf()");
 my $r;
