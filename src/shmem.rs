@@ -466,6 +466,18 @@ impl Shared {
         }
     }
 
+    /// `db`'s generator was closed having issued with `worker_id` up to
+    /// `issued_ms`: no more is issued under its lease, so another database
+    /// taking the id needs only to start above that.
+    pub fn note_worker_id_closed(&self, worker_id: i64, dboid: u32, issued_ms: i64) {
+        let _g = self.lock_global();
+        if let Some(e) = unsafe { (*self.header).worker_id_leases.get_mut(worker_id as usize) }
+            && e.dboid == dboid
+        {
+            e.until_ms = issued_ms;
+        }
+    }
+
     /// `note_worker_id_lease_locked`, taking the global lock.
     pub fn note_worker_id_lease(&self, worker_id: i64, dboid: u32, until_ms: i64) {
         let _g = self.lock_global();

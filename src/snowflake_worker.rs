@@ -556,6 +556,13 @@ pub fn close_and_persist(db: usize, release_token: bool) {
     let lease = slot.generator.lease_ms.load(SeqCst);
     let mark = last.max(slot.generator.floor_ms.load(SeqCst));
     let worker_id = slot.generator.worker_id();
+    // closed: another database of this server that takes the id next starts
+    // above what was issued, not above the whole lease
+    shared().expect("shared memory").note_worker_id_closed(
+        worker_id,
+        slot.dboid.load(SeqCst),
+        mark,
+    );
     let node = slot.node_name();
     let token = shared().expect("shared memory").owner_token();
     let result = in_transaction(|schema| {
