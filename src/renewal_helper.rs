@@ -238,9 +238,13 @@ pub extern "C-unwind" fn leaf_id_renewal_helper_main(arg: pg_sys::Datum) {
         pgrx::spi::Spi::connect_mut(|client| {
             let row = client
                 .update(
-                    "SELECT success, result FROM pg_catalog.master_run_on_worker($1, $2, $3, false)",
+                    crate::runtime::worker_sql::RUN_ON_WORKER,
                     None,
-                    &[vec![host.clone()].into(), vec![port].into(), vec![command.clone()].into()],
+                    &[
+                        vec![host.clone()].into(),
+                        vec![port].into(),
+                        vec![command.clone()].into(),
+                    ],
                 )
                 .map_err(crate::transaction::spi_err)?
                 .first();

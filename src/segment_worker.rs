@@ -513,9 +513,9 @@ impl SegmentJobs {
             })
             .map_err(|e| explain_unreachable(e, &format!("refill tag \"{tag}\""), "leaf_alloc"))
         });
-        if !served_by_reserve {
-            // a refill may have written the file (a dropped reserve) and
-            // then failed: the file is the truth
+        if !served_by_reserve && kept.has_tag(&tag) {
+            // the refill may have written the file (a dropped reserve of
+            // the tag) and then failed: the file is the truth
             self.reserve = None;
         }
         let result = match result {

@@ -86,6 +86,11 @@ impl Reserve {
     }
 
     /// Forget the tag's reserve (its ranges become gaps).
+    /// Does the reserve hold anything of `tag`?
+    pub fn has_tag(&self, tag: &str) -> bool {
+        self.find(tag).is_some()
+    }
+
     pub fn drop_tag(&mut self, tag: &str) -> bool {
         let before = self.tags.len();
         self.tags.retain(|t| t.tag != tag);

@@ -161,7 +161,7 @@ impl Generator {
         random: &mut dyn FnMut() -> i64,
         want: i64,
     ) -> Result<(i64, i64), Refusal> {
-        self.take_ids(cfg, clock, random, want, MAX_SEQUENCE)
+        self.take_ids(cfg, clock, random, want, MAX_SEQUENCE, &mut || {})
     }
 
     /// `next_ids` for one chunk of a batch call: at most `BATCH_CHUNK` IDs,
@@ -181,24 +181,14 @@ impl Generator {
             random,
             want.min(BATCH_CHUNK),
             MAX_SEQUENCE - BATCH_LEAVES,
+            &mut || {},
         )
     }
 
-    /// Up to `want` IDs with sequence numbers at most `top_seq`.
+    /// Up to `want` IDs with sequence numbers at most `top_seq`;
+    /// `before_cas` runs between the checks and the compare-and-swap (tests
+    /// run a close and reopen there).
     fn take_ids(
-        &self,
-        cfg: &Config,
-        clock: &dyn Clock,
-        random: &mut dyn FnMut() -> i64,
-        want: i64,
-        top_seq: i64,
-    ) -> Result<(i64, i64), Refusal> {
-        self.take_ids_interleaved(cfg, clock, random, want, top_seq, &mut || {})
-    }
-
-    /// `take_ids`, with `before_cas` run between the checks and the
-    /// compare-and-swap (tests run a close and reopen there).
-    fn take_ids_interleaved(
         &self,
         cfg: &Config,
         clock: &dyn Clock,
@@ -631,7 +621,7 @@ mod tests {
         g.floor_ms.store(T0 - 100, SeqCst);
         let clock = FakeClock::at(T0);
         let mut stalled = true;
-        let got = g.take_ids_interleaved(&cfg(), &clock, &mut zero, 1, MAX_SEQUENCE, &mut || {
+        let got = g.take_ids(&cfg(), &clock, &mut zero, 1, MAX_SEQUENCE, &mut || {
             if std::mem::take(&mut stalled) {
                 g.close(LEAF_EPOCH_MS);
                 g.floor_ms.store(T0, SeqCst);
