@@ -97,7 +97,15 @@ pub fn ensure_worker(sh: &Shared, db: usize, role: Role) {
             pgrx::check_for_interrupts!();
             crate::clock::wait_on_latch(Duration::from_millis(20));
         }
-        worker::start_dynamic(my_dboid(), role)
+        let started = worker::start_dynamic(my_dboid(), role);
+        if started && attempt > 0 {
+            pgrx::log!(
+                "leaf_id: started the {} at attempt {} (no background worker slot was free before)",
+                role.backend_type(),
+                attempt + 1
+            );
+        }
+        started
     });
     if !started {
         worker.requested_at.store(0, SeqCst);

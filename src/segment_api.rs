@@ -303,18 +303,50 @@ fn leaf_segment_status() -> TableIterator<
     TableIterator::new(rows)
 }
 
+/// Remove the database's segment reserve file and its record (without the
+/// record no older write of the file is used). The reset is counted before
+/// and after (`DbSlot::reserve_resets`), so that a worker that read the file
+/// before or meanwhile never uses it or writes it back.
+fn drop_reserve_file(sh: &crate::shmem::Shared, dboid: u32) {
+    let counter = sh.db_slot(dboid).map(|db| &sh.db(db).reserve_resets);
+    if let Some(c) = counter {
+        c.fetch_add(1, SeqCst);
+    }
+    let dir = crate::shmem::data_dir();
+    let file = dir.join(crate::segment::reserve::file_name(dboid));
+    let removed = crate::shmem::boot_record(&format!("reserve{dboid}"))
+        .map_or(Ok(()), |r| r.remove())
+        .and_then(|()| match std::fs::remove_file(&file) {
+            Ok(()) => std::fs::File::open(&dir).and_then(|d| d.sync_all()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        });
+    if let Some(c) = counter {
+        c.fetch_add(1, SeqCst);
+    }
+    if let Err(e) = removed {
+        crate::errors::raise(
+            PgSqlErrorCode::ERRCODE_IO_ERROR,
+            format!("could not remove the segment reserve file {}: {e}", file.display()),
+            None,
+        );
+    }
+}
+
 /// Run by CREATE EXTENSION (sql/finish.sql): a database that had leaf_id
 /// before, dropped and created again within one server lifetime, must not
 /// hand out segments cached from the dropped `leaf_alloc` (the new table
 /// starts over, so they could repeat). Frees this database's tag slots and
 /// makes the worker claim its snowflake worker id again in the new registry.
-/// Harmless at any time: unused cached IDs become gaps.
+/// Also drops the database's segment reserve on Citus (its file), for a
+/// restore procedure. Harmless at any time: unused cached IDs become gaps.
 #[pg_extern(volatile, parallel_unsafe)]
 fn leaf_id_reset_cache() {
     let Some(sh) = crate::shmem::shared() else {
         return;
     };
     let dboid = backend::my_dboid();
+    drop_reserve_file(sh, dboid);
     sh.free_tags_of(dboid);
     SLOT_CACHE.with(|c| c.borrow_mut().clear());
     LAST_TAG.with(|l| *l.borrow_mut() = None);

@@ -53,6 +53,66 @@ fn reserve_io_error(e: std::io::Error) -> JobError {
     )
 }
 
+/// `leaf_id_reset_cache()`'s count of resets when this worker last read the
+/// reserve file (one segment worker per database and process).
+static RESETS_AT_LOAD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn resets(dboid: u32) -> u64 {
+    shared().map_or(0, |sh| sh.reserve_resets(dboid))
+}
+
+/// The record outside the data directory of the database's reserve file.
+fn reserve_record(dboid: u32) -> Option<crate::owner_file::BootRecord> {
+    crate::shmem::boot_record(&format!("reserve{dboid}"))
+}
+
+/// The database's reserve as its file says: for this lifetime's token, the
+/// write the record names, and no reset during or after the read.
+fn load_reserve(dboid: u32) -> Reserve {
+    let token = shared().expect("shared memory").owner_token();
+    let before = resets(dboid);
+    RESETS_AT_LOAD.store(before, SeqCst);
+    if before % 2 == 1 {
+        return Reserve::new(token); // a reset is removing the file
+    }
+    let recorded = reserve_record(dboid).and_then(|r| r.read());
+    let kept = local_reserve::load(&data_dir(), dboid, token, recorded);
+    if resets(dboid) != before {
+        return Reserve::new(token);
+    }
+    kept
+}
+
+/// Whether `leaf_id_reset_cache()` ran since the file was read.
+fn reset_since_load(dboid: u32) -> bool {
+    resets(dboid) != RESETS_AT_LOAD.load(SeqCst)
+}
+
+/// Write the reserve with a fresh nonce, the record first (a crash between
+/// the two leaves a file the record does not name: void, its ranges gaps);
+/// unless a reset came after it was read: then the file the reset removed
+/// must not come back, and its ranges are not used.
+fn save_reserve(dboid: u32, reserve: &Reserve) -> Result<(), JobError> {
+    let nonce = crate::shmem::random_nonce();
+    let saved = match reserve_record(dboid) {
+        None => Err(std::io::Error::other(
+            "no record outside the data directory can be kept (the boot cannot be told)",
+        )),
+        Some(record) => record
+            .write(nonce)
+            .and_then(|()| local_reserve::save(&data_dir(), dboid, reserve, nonce)),
+    }
+    .map_err(reserve_io_error);
+    if reset_since_load(dboid) {
+        let _ = std::fs::remove_file(data_dir().join(local_reserve::file_name(dboid)));
+        return Err(JobError::new(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "the segment reserve was reset by leaf_id_reset_cache() during the refill".to_string(),
+        ));
+    }
+    saved
+}
+
 /// Reserve the next range of a tag: `[max_id, max_id + n)`, never below the
 /// end of what this server lifetime already reserved for the tag
 /// (`reserved_end`): a row deleted and inserted again, or a `max_id` moved
@@ -152,7 +212,7 @@ fn reserve(
             // that the moved-back row lets other nodes hand out
             let mut dropped = kept.clone();
             dropped.drop_tag(tag);
-            local_reserve::save(&data_dir(), dboid, &dropped).map_err(reserve_io_error)?;
+            save_reserve(dboid, &dropped)?;
             pgrx::warning!(
                 "leaf_id: the reserve of tag \"{}\" was dropped: leaf_alloc.max_id is below the ranges this server reserved (the row was moved back, or deleted and inserted again)",
                 tag
@@ -246,7 +306,7 @@ fn take_from_reserve(
         let want = previous_step.unwrap_or(table_step).max(1);
         match kept.take(tag, oid, max_id, want) {
             Ok((start, len)) => {
-                local_reserve::save(&data_dir(), dboid, kept).map_err(reserve_io_error)?;
+                save_reserve(dboid, kept)?;
                 remember_reserved(dboid, tag, start + len)?;
                 Ok(Some(Reserved {
                     start,
@@ -264,7 +324,7 @@ fn take_from_reserve(
                     tag,
                     max_id
                 );
-                local_reserve::save(&data_dir(), dboid, kept).map_err(reserve_io_error)?;
+                save_reserve(dboid, kept)?;
                 Ok(None)
             }
             Err(NoRange::Empty) => Ok(None),
@@ -327,10 +387,10 @@ impl SegmentJobs {
 
     /// The database's reserve, as its file says (this lifetime's token).
     fn kept_reserve(&mut self, dboid: u32) -> Reserve {
-        let token = shared().expect("shared memory").owner_token();
-        self.reserve
-            .get_or_insert_with(|| local_reserve::load(&data_dir(), dboid, token))
-            .clone()
+        if reset_since_load(dboid) {
+            self.reserve = None;
+        }
+        self.reserve.get_or_insert_with(|| load_reserve(dboid)).clone()
     }
 
     /// After a committed reservation: add its extra range to the reserve
@@ -346,7 +406,7 @@ impl SegmentJobs {
         if let Some((oid, range)) = r.extra {
             kept.add(tag, oid, range, r.end);
         }
-        match local_reserve::save(&data_dir(), dboid, &kept) {
+        match save_reserve(dboid, &kept) {
             Ok(()) => self.reserve = Some(kept),
             Err(e) => {
                 // the old file must not serve a dropped reserve: remove it
@@ -356,7 +416,7 @@ impl SegmentJobs {
                 pgrx::warning!(
                     "leaf_id: could not write the segment reserve file for tag \"{}\": {}; {}",
                     tag,
-                    e,
+                    e.message,
                     if removed {
                         "the reserve of this database is dropped"
                     } else {

@@ -164,23 +164,38 @@ pub fn register(preloading: bool) {
     );
     GucRegistry::define_string_guc(
         c"leaf_id.test_fault_point",
-        c"FOR TESTS ONLY: the background worker crashes (abort) when it reaches the named point; empty: never.",
-        c"Points: after_refill_commit. Lets tests crash the worker inside a window between two of its steps.",
+        c"FOR TESTS ONLY: the background worker crashes or pauses when it reaches the named point; empty: never.",
+        c"Points: after_refill_commit (crash); slow_worker_exit (an idle worker pauses 1.5 s after it decides to leave and 0.3 s after it gave its slots back). Lets tests place events inside a window between two of the worker's steps.",
         &TEST_FAULT_POINT,
         GucContext::Sighup,
         GucFlags::default(),
     );
 }
 
+fn fault_point_is(name: &str) -> bool {
+    TEST_FAULT_POINT
+        .get()
+        .is_some_and(|p| p.to_bytes() == name.as_bytes())
+}
+
 /// A crash for tests at a named point of a worker job
 /// (`leaf_id.test_fault_point`).
 pub fn fault_point(name: &str) {
-    if TEST_FAULT_POINT
-        .get()
-        .is_some_and(|p| p.to_bytes() == name.as_bytes())
-    {
+    if fault_point_is(name) {
         pgrx::log!("leaf_id: leaf_id.test_fault_point = {name}: crashing");
         std::process::abort();
+    }
+}
+
+/// A pause for tests at a named point (`leaf_id.test_fault_point`); `step`
+/// tells the two pauses of one point apart in the log.
+pub fn pause_point(name: &str, step: &str, pause: std::time::Duration) {
+    if fault_point_is(name) {
+        pgrx::log!(
+            "leaf_id: leaf_id.test_fault_point = {name}: pausing {} ms {step}",
+            pause.as_millis()
+        );
+        std::thread::sleep(pause);
     }
 }
 

@@ -131,6 +131,10 @@ pub struct DbSlot {
     /// The snowflake worker's requests to its renewal helpers, one slot per
     /// other copy of leaf_worker (`renewal_helper`).
     copy_slots: [crate::renewal_helper::CopySlot; crate::renewal_helper::MAX_OTHER_COPIES],
+    /// Raised by `leaf_id_reset_cache()` before and after it removes the
+    /// database's segment reserve file (odd while it does): a worker that
+    /// read the file before, or meanwhile, must not use or write it back.
+    pub reserve_resets: AtomicU64,
 }
 
 /// Status of a tag slot.
@@ -403,18 +407,31 @@ unsafe fn owner_token_for_this_lifetime() -> i64 {
         unsafe { pg_sys::PostPortNumber },
         unsafe { pg_sys::GetSystemIdentifier() },
         fresh,
+        unsafe { new_owner_token() } as u64, // this start's nonce
     );
     match outcome {
         Ok(true) => {
             pgrx::log!("leaf_id: this restart of the data directory keeps owner token {token}")
         }
         Ok(false) => {}
-        Err(e) => pgrx::warning!(
-            "leaf_id: could not write {}: {e}; the next start gets a new owner token",
-            crate::owner_file::FILE_NAME
-        ),
+        Err(e) => pgrx::warning!("leaf_id: {e}; the next start gets a new owner token"),
     }
     token
+}
+
+/// A random nonce for a file's write (`owner_file::BootRecord`).
+pub fn random_nonce() -> u64 {
+    unsafe { new_owner_token() as u64 }
+}
+
+/// The record outside the data directory of one of its files.
+pub fn boot_record(what: &str) -> Option<crate::owner_file::BootRecord> {
+    crate::owner_file::BootRecord::of(
+        what,
+        &data_dir(),
+        unsafe { pg_sys::PostPortNumber },
+        unsafe { pg_sys::GetSystemIdentifier() },
+    )
 }
 
 /// A random positive token (0 stands for "no owner" in SQL comparisons).
@@ -497,6 +514,15 @@ impl Shared {
     pub fn other_database_lease(&self, worker_id: i64, dboid: u32) -> i64 {
         let _g = self.lock_global();
         self.other_database_lease_locked(worker_id, dboid)
+    }
+
+    /// How often the database's segment reserve was reset in this lifetime
+    /// (0 for a database without a slot).
+    pub fn reserve_resets(&self, dboid: u32) -> u64 {
+        (0..self.n_dbs())
+            .map(|d| self.db(d))
+            .find(|slot| slot.dboid.load(SeqCst) == dboid)
+            .map_or(0, |slot| slot.reserve_resets.load(SeqCst))
     }
 
     /// This server lifetime's owner token (see `Header::owner_token`).

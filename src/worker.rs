@@ -129,6 +129,13 @@ unsafe extern "C-unwind" fn detach(_code: i32, arg: pg_sys::Datum) {
         me.latch.store(std::ptr::null_mut(), SeqCst);
         me.pid.store(0, SeqCst);
         sh.broadcast(db_index);
+        // the background worker slot stays taken until the postmaster reaps
+        // this process
+        crate::settings::pause_point(
+            "slow_worker_exit",
+            "with its slot still taken",
+            std::time::Duration::from_millis(300),
+        );
     }
 }
 
@@ -234,6 +241,11 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
                 role.backend_type(),
                 dboid,
                 crate::settings::WORKER_IDLE_TIMEOUT.get()
+            );
+            crate::settings::pause_point(
+                "slow_worker_exit",
+                "before leaving",
+                Duration::from_millis(1500),
             );
             // as on a clean shutdown; calls meanwhile (a closed generator, a
             // refill request) find no worker once it has gone and start the

@@ -17,6 +17,12 @@
 //! `max_id` at least the end of this server's reservations. A row deleted
 //! and inserted again below that (`max_id = max(id) + 1`), or moved back,
 //! drops the tag's reserve: those IDs may be handed out again by others.
+//!
+//! Each write of the file also carries a fresh nonce, recorded outside the
+//! data directory for this boot (`owner_file::BootRecord`); a file is used
+//! only if its nonce is the one recorded. A file brought back by a restore
+//! of the data directory in place (from a snapshot of the running server,
+//! a volume rolled back) is an older write, and is void.
 
 /// A tag's reserve: ranges `[start, end)` reserved from `leaf_alloc` and not
 /// handed out, lowest first.
@@ -171,8 +177,9 @@ impl Reserve {
         Ok((start, len))
     }
 
-    /// The file's text: a header with the token, then a line per range.
-    pub fn to_text(&self) -> String {
+    /// The file's text: a header with the token, then a line per range, and
+    /// the nonce of this write.
+    pub fn to_text(&self, nonce: u64) -> String {
         let mut s = format!("{HEADER} token={}\n", self.token);
         for t in &self.tags {
             let tag_hex: String = t.tag.bytes().map(|b| format!("{b:02x}")).collect();
@@ -184,20 +191,21 @@ impl Reserve {
                 s.push_str(&format!("range {start} {end}\n"));
             }
         }
-        s.push_str("end\n");
+        s.push_str(&format!("nonce {nonce}\nend\n"));
         s
     }
 
-    /// The reserve in a file's text, if it is complete and was written under
-    /// `token`; else an empty reserve for `token` (nothing of another
-    /// server lifetime's token is ever used).
-    pub fn from_text(text: &str, token: i64) -> Reserve {
+    /// The reserve in a file's text, if it is complete, was written under
+    /// `token` and is the write whose nonce is `recorded`; else an empty
+    /// reserve for `token` (nothing of another server lifetime's token, and
+    /// no older write, is ever used).
+    pub fn from_text(text: &str, token: i64, recorded: Option<u64>) -> Reserve {
         Self::parse(text)
-            .filter(|r| r.token == token && token != 0)
-            .unwrap_or_else(|| Reserve::new(token))
+            .filter(|(r, nonce)| r.token == token && token != 0 && recorded == Some(*nonce))
+            .map_or_else(|| Reserve::new(token), |(r, _)| r)
     }
 
-    fn parse(text: &str) -> Option<Reserve> {
+    fn parse(text: &str) -> Option<(Reserve, u64)> {
         let mut lines = text.lines();
         let token = lines
             .next()?
@@ -208,7 +216,11 @@ impl Reserve {
             .ok()?;
         let mut r = Reserve::new(token);
         let mut complete = false;
+        let mut nonce = None;
         for line in lines {
+            if complete {
+                return None;
+            }
             let f: Vec<&str> = line.split(' ').collect();
             match f.as_slice() {
                 ["tag", hex, oid, through] => {
@@ -231,11 +243,12 @@ impl Reserve {
                     }
                     t.ranges.push((start, end));
                 }
+                ["nonce", n] => nonce = Some(n.parse().ok()?),
                 ["end"] => complete = true,
                 _ => return None,
             }
         }
-        complete.then_some(r)
+        Some((r, nonce?)).filter(|_| complete)
     }
 }
 
@@ -247,22 +260,27 @@ pub fn file_name(dboid: u32) -> String {
 }
 
 /// Read the database's reserve (empty if there is no file, or one of
-/// another token).
-pub fn load(dir: &std::path::Path, dboid: u32, token: i64) -> Reserve {
+/// another token, or not the write whose nonce is `recorded`).
+pub fn load(dir: &std::path::Path, dboid: u32, token: i64, recorded: Option<u64>) -> Reserve {
     match std::fs::read_to_string(dir.join(file_name(dboid))) {
-        Ok(text) => Reserve::from_text(&text, token),
+        Ok(text) => Reserve::from_text(&text, token, recorded),
         Err(_) => Reserve::new(token),
     }
 }
 
 /// Write the reserve durably (write, fsync, rename, fsync the directory):
 /// only then may an ID it no longer holds be handed out.
-pub fn save(dir: &std::path::Path, dboid: u32, reserve: &Reserve) -> std::io::Result<()> {
+pub fn save(
+    dir: &std::path::Path,
+    dboid: u32,
+    reserve: &Reserve,
+    nonce: u64,
+) -> std::io::Result<()> {
     use std::io::Write;
     let name = file_name(dboid);
     let tmp = dir.join(format!("{name}.tmp"));
     let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(reserve.to_text().as_bytes())?;
+    f.write_all(reserve.to_text(nonce).as_bytes())?;
     f.sync_all()?;
     std::fs::rename(&tmp, dir.join(name))?;
     std::fs::File::open(dir)?.sync_all()
@@ -333,32 +351,46 @@ mod tests {
         let mut r = Reserve::new(42);
         r.add("order", 100, (300, 400), 400);
         r.add("tag with spaces 'and quotes' ü", 100, (5, 9), 9);
-        let text = r.to_text();
-        assert_eq!(Reserve::from_text(&text, 42), r);
-        assert_eq!(Reserve::from_text(&text, 43), Reserve::new(43));
-        assert_eq!(Reserve::from_text(&text, 0), Reserve::new(0));
+        let text = r.to_text(7);
+        assert_eq!(Reserve::from_text(&text, 42, Some(7)), r);
+        assert_eq!(Reserve::from_text(&text, 43, Some(7)), Reserve::new(43));
+        assert_eq!(Reserve::from_text(&text, 0, Some(7)), Reserve::new(0));
+    }
+
+    #[test]
+    fn an_older_write_of_the_file_is_void() {
+        // a restore in place brings back a file the record no longer names
+        let mut r = Reserve::new(42);
+        r.add("order", 100, (300, 400), 400);
+        let text = r.to_text(7);
+        assert_eq!(Reserve::from_text(&text, 42, Some(8)), Reserve::new(42));
+        assert_eq!(Reserve::from_text(&text, 42, None), Reserve::new(42), "no record");
+        let no_nonce = text.replace("nonce 7\n", "");
+        assert_eq!(Reserve::from_text(&no_nonce, 42, Some(7)), Reserve::new(42));
+        let after_end = text.replace("nonce 7\nend\n", "end\nnonce 7\n");
+        assert_eq!(Reserve::from_text(&after_end, 42, Some(7)), Reserve::new(42));
     }
 
     #[test]
     fn a_damaged_file_gives_an_empty_reserve() {
         let mut r = Reserve::new(42);
         r.add("order", 100, (300, 400), 400);
-        let text = r.to_text();
+        let text = r.to_text(7);
         let cut = text.trim_end().trim_end_matches("end");
-        assert_eq!(Reserve::from_text(cut, 42), Reserve::new(42), "cut short");
+        assert_eq!(Reserve::from_text(cut, 42, Some(7)), Reserve::new(42), "cut short");
         let bad = text.replace("range 300 400", "range 300 500");
         assert_eq!(
-            Reserve::from_text(&bad, 42),
+            Reserve::from_text(&bad, 42, Some(7)),
             Reserve::new(42),
             "a range above the reservation"
         );
         let bad = text.replace("range 300 400", "range 400 300");
         assert_eq!(
-            Reserve::from_text(&bad, 42),
+            Reserve::from_text(&bad, 42, Some(7)),
             Reserve::new(42),
             "an empty range"
         );
-        assert_eq!(Reserve::from_text("", 42), Reserve::new(42));
+        assert_eq!(Reserve::from_text("", 42, Some(7)), Reserve::new(42));
     }
 
     #[test]
@@ -367,10 +399,11 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let mut r = Reserve::new(42);
         r.add("order", 100, (300, 400), 400);
-        save(&dir, 5, &r).unwrap();
-        assert_eq!(load(&dir, 5, 42), r);
-        assert_eq!(load(&dir, 5, 41), Reserve::new(41));
-        assert_eq!(load(&dir, 6, 42), Reserve::new(42));
+        save(&dir, 5, &r, 9).unwrap();
+        assert_eq!(load(&dir, 5, 42, Some(9)), r);
+        assert_eq!(load(&dir, 5, 42, Some(8)), Reserve::new(42));
+        assert_eq!(load(&dir, 5, 41, Some(9)), Reserve::new(41));
+        assert_eq!(load(&dir, 6, 42, Some(9)), Reserve::new(42));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -6,13 +6,19 @@
 # worker2 is killed (kill -9) under segment load on the coordinator and
 # worker1:
 #  - both go on without a refusal, from their reserves; a copy of worker1's
-#    data directory, started beside it, has worker1's reserve file but
-#    another owner token: it issues nothing from it;
+#    data directory, started beside it on worker1's port (on 127.0.0.2: the
+#    same boot, port and system identifier, only the data directory's device
+#    and inode differ), has worker1's reserve file but another owner token:
+#    it issues nothing from it;
 #  - the coordinator, restarted while worker2 is dead, goes on from its
 #    reserve (a restart of the same data directory keeps its token);
 #  - once a reserve is used up, every call fails within
 #    leaf_id.refill_timeout with a clear SQLSTATE;
 #  - worker2 back: refills through Citus go on by themselves;
+#  - worker1's reserve file put back as an earlier snapshot of the running
+#    server had it (a restore in place), after worker1 took from the reserve
+#    meanwhile: the file is not the write its record outside the data
+#    directory names, so worker1 issues nothing from it;
 #  - no ID twice, over all nodes and phases.
 use strict;
 use warnings;
@@ -76,12 +82,14 @@ for my $s (@survivors)
 # --- worker2 dies, and a copy of worker1 starts --------------------------------------
 # worker1 is copied while it is stopped (no refill can change leaf_alloc
 # meanwhile: every refill needs worker1's copy), so the copy's leaf_alloc
-# equals every other copy, and it has worker1's reserve file; it runs on a
-# port of its own, so it gets an owner token of its own
+# equals every other copy, and it has worker1's reserve file; it runs on
+# worker1's port on 127.0.0.2, so only its data directory tells it from
+# worker1, and that gives it an owner token of its own
 $w1->stop;
 $w1->backup_fs_cold('w1cold');
-my $copy = PostgreSQL::Test::Cluster->new('w1copy');
+my $copy = PostgreSQL::Test::Cluster->new('w1copy', port => $w1->port, own_host => 1);
 $copy->init_from_backup($w1, 'w1cold');
+$copy->append_conf('postgresql.conf', "listen_addresses = '127.0.0.2'\n");
 # Citus made a key for SSL; the copy of the backup loosened its mode
 chmod(0600, $copy->data_dir . '/server.key') if -e $copy->data_dir . '/server.key';
 $w2->kill9;
@@ -180,6 +188,39 @@ my @still = grep { $_->[0] < $old_ranges->[-1][1] } @{ reserve_ranges($w1)->{rc}
 is(scalar @still, 0, "worker1's reserve of 'rc' no longer holds the ranges from before (from $old_low)");
 ok($w1->log_contains(qr/the reserve of tag "rc" was dropped: leaf_alloc.max_id is below the ranges this server reserved/),
 	'the log says why');
+
+# --- a reserve file restored in place -------------------------------------------------
+my $rfile = $w1->data_dir . "/pgsql_tmp_leaf_id_reserve_$dboid";
+my $snapshot = PostgreSQL::Test::Utils::tempdir() . '/reserve_snapshot';
+system('cp', '-p', $rfile, $snapshot) == 0 or die "cp: $?";
+my $left_at_snapshot = reserve_left($w1);
+cmp_ok($left_at_snapshot, '>', 0, 'premise: the snapshot of worker1\'s reserve file holds ranges');
+$w2->kill9;
+my $t_snap = time;
+start_drawing($w1, 'w1_after_snapshot', 'segment');
+ok(wait_until(30, sub { reserve_left($w1) < $left_at_snapshot }),
+	'worker2 dead: worker1 takes from its reserve after the snapshot');
+stop_drawing();
+my $taken = summary($w1, 'w1_after_snapshot', $t_snap, time);
+note sprintf('worker1 after the snapshot: %d IDs, %d refusals', $taken->{ok}, $taken->{errors});
+$w1->stop;
+system('cp', '-p', $snapshot, $rfile) == 0 or die "cp: $?";
+$w1->start;
+my $t_rolled = time;
+start_drawing($w1, 'w1_rolled_back', 'segment');
+ok( wait_until(
+		30,
+		sub {
+			$w1->safe_psql('postgres',
+				"SELECT count(*) FROM drawlog WHERE session = 'w1_rolled_back' AND id IS NULL") > 0;
+		}),
+	'worker1 with the snapshot\'s reserve file put back: its calls are refused');
+stop_drawing();
+my $rolled = summary($w1, 'w1_rolled_back', $t_rolled, time);
+note sprintf('worker1 with the old reserve file: %d IDs, %d refusals (%s)', $rolled->{ok}, $rolled->{errors},
+	$rolled->{states});
+is($rolled->{ok}, 0, 'worker1 issues no ID from the reserve file of an earlier write');
+ok(start_after_kill9($w2), 'worker2 starts again');
 
 # --- no ID twice ---------------------------------------------------------------------------
 my (%seen, $dup);

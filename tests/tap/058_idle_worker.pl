@@ -5,7 +5,10 @@
 # database that used both modes; the next call starts it again. IDs go on
 # after each, none repeated; a template copy claims its own snowflake worker
 # id; calls made around the moment the worker leaves are served; with
-# worker_idle_timeout = 0 the worker stays.
+# worker_idle_timeout = 0 the worker stays. Placed by a test fault point: a
+# segment call that lands while the worker leaves is served by the next
+# worker, after its tag slot was freed under it and while the leaving
+# worker's background worker slot was still taken (the call tries again).
 
 use strict;
 use warnings;
@@ -311,4 +314,46 @@ is($waiter->{rc}, 0, 'the call that waited while the worker left is served')
 my ($waited) = client_ids($waiter);
 cmp_ok($waited // 0, '>', $before, 'with an ID above the ones before');
 $tight->stop;
+
+# --- a segment call that lands while the worker leaves ------------------------
+# One background worker slot in all, segment mode only. With
+# leaf_id.test_fault_point = slow_worker_exit the idle worker pauses 1.5 s
+# after it decided to leave, and the calls land then: they find the worker
+# still there, ask it and wait. It gives the database's tag slots back (the
+# slot the call of the new tag waits on is freed under it: it takes a new
+# one), then pauses 0.3 s with its background worker slot still taken: the
+# first starts of the next worker fail, and the call tries again.
+my $one = leaf_node(
+	'idle_worker_leaving', q{
+leaf_id.worker_idle_timeout = 1000
+max_worker_processes = 1
+max_parallel_workers = 0
+max_logical_replication_workers = 0
+log_min_messages = log
+leaf_id.test_fault_point = 'slow_worker_exit'
+});
+$one->safe_psql('postgres',
+	"INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('t', 1, 100), ('late', 1, 100)");
+my @early = split /\n/,
+  $one->safe_psql('postgres', "SELECT leaf_segment_next('t') FROM generate_series(1, 50)");
+my $first_pid = worker_pid($one, 'postgres', 'segment');
+ok($first_pid ne '', 'premise: the segment worker runs');
+ok(wait_until(20, sub { $one->log_contains(qr/slow_worker_exit: pausing 1500 ms before leaving/) }),
+	'the idle worker decided to leave, and pauses before it does');
+my $late = start_client($one, 'postgres', 'late',
+	"SELECT leaf_segment_next('late');\nSELECT leaf_segment_next('t');\n");
+finish_clients(30, $late);
+is($late->{rc}, 0, 'the calls that landed while the worker left were served')
+  or diag $late->{stderr};
+my @late_ids = split /\n/, slurp_file($late->{out});
+is_deeply([ $late_ids[0] ], [1], "the new tag's call got its first ID");
+cmp_ok($late_ids[1] // 0, '>', (sort { $a <=> $b } @early)[-1],
+	"the old tag's call got an ID above the ones before (its cached segment became a gap)");
+ok($one->log_contains(qr/slow_worker_exit: pausing 300 ms with its slot still taken/),
+	'premise: the worker left and held its slot for a moment');
+ok($one->log_contains(qr/started the leaf_id segment worker at attempt \d+ \(no background worker slot was free before\)/),
+	'the call tried again until the background worker slot was free, and started the next worker');
+my $next_pid = worker_pid($one, 'postgres', 'segment');
+ok($next_pid ne '' && $next_pid ne $first_pid, 'another segment worker serves the database now');
+$one->stop;
 done_testing();

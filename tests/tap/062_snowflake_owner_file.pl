@@ -10,7 +10,13 @@
 #    original, gets a token of its own;
 #  - a pg_basebackup copy has no owner file at all (names starting with
 #    pgsql_tmp are skipped), and a new token;
-#  - the original, restarted after each copy was made, keeps its token.
+#  - the original, restarted after each copy was made, keeps its token;
+#  - the data directory restored in place (an older start's files copied
+#    back into the same directory, same boot and port, as after rolling a
+#    volume back) gets a new token: the start nonce in the file is not the
+#    one the record outside the data directory holds. Its segment reserve
+#    file (on Citus) is bound to the token and so is void too.
+#  - leaf_id_reset_cache() removes the database's segment reserve file.
 use strict;
 use warnings;
 use FindBin;
@@ -80,5 +86,30 @@ $base->stop;
 
 $orig->restart;
 is(token_of($orig), $token, 'the original, restarted once more, still keeps its token');
+
+# --- a restore in place ---------------------------------------------------------
+$orig->stop;
+my $saved = PostgreSQL::Test::Utils::tempdir() . '/saved';
+system('cp', '-a', $orig->data_dir, $saved) == 0 or die "cp -a: $?";
+$orig->start;
+is(token_of($orig), $token, 'after the files were saved, a restart keeps the token');
+$orig->stop;
+system('sh', '-c', 'rm -rf "$1"/* && cp -a "$2"/. "$1"/', 'sh', $orig->data_dir, $saved) == 0
+  or die "restore in place: $?";
+like(slurp_file($orig->data_dir . "/$file"), qr/^token=$token$/m,
+	'premise: the restored owner file names the token, from the same directory, boot and port');
+$orig->start;
+my $restored_token = token_of($orig);
+like($restored_token, qr/^\d+$/, 'the data directory restored in place holds its row');
+isnt($restored_token, $token, 'restored in place, it did not keep the token of the later start');
+$orig->restart;
+is(token_of($orig), $restored_token, 'and a plain restart after that keeps the new token');
+
+# --- leaf_id_reset_cache() drops the segment reserve file -------------------------
+my $dboid = $orig->safe_psql('postgres', "SELECT oid FROM pg_database WHERE datname = 'postgres'");
+my $reserve = $orig->data_dir . "/pgsql_tmp_leaf_id_reserve_$dboid";
+PostgreSQL::Test::Utils::append_to_file($reserve, "leaf_id segment reserve v1 token=$restored_token\nend\n");
+$orig->safe_psql('postgres', 'SELECT leaf_id_reset_cache()');
+ok(!-e $reserve, 'leaf_id_reset_cache() removed the database\'s segment reserve file');
 $orig->stop;
 done_testing();
