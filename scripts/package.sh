@@ -76,7 +76,7 @@ Version: $VERSION
 Architecture: $ARCH
 Maintainer: $MAINTAINER
 Installed-Size: $(du -sk --exclude=DEBIAN "$STAGE" | cut -f1)
-Depends: postgresql-15, $shlibs
+Depends: postgresql-15 (>= 15.13), $shlibs
 Section: database
 Priority: optional
 Description: Meituan Leaf distributed IDs for PostgreSQL 15 (leaf_id extension)

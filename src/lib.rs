@@ -41,6 +41,7 @@ extension_sql_file!("../sql/finish.sql", name = "finish", finalize);
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
+    check_server_minor();
     let preloading = unsafe { pg_sys::process_shared_preload_libraries_in_progress };
     settings::register(preloading);
     if !preloading {
@@ -51,6 +52,27 @@ pub extern "C-unwind" fn _PG_init() {
         errors::raise(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, why, None);
     }
     shmem::install_hooks();
+}
+
+/// PostgreSQL 15.13 changed `WalSndCtl`'s flag of synchronous standbys from
+/// a bool to a bit set, which the worker reads to know that a commit reached
+/// them (`transaction::commit_replicated`): on an older minor the byte would
+/// be misread as "no synchronous standby", and a cut-short wait would pass.
+const MIN_SERVER_VERSION_NUM: i64 = 150013;
+
+fn check_server_minor() {
+    let running = unsafe { pg_sys::GetConfigOption(c"server_version_num".as_ptr(), false, false) };
+    let running = (!running.is_null())
+        .then(|| unsafe { std::ffi::CStr::from_ptr(running) }.to_string_lossy().parse::<i64>().ok())
+        .flatten()
+        .unwrap_or(0);
+    if running < MIN_SERVER_VERSION_NUM {
+        errors::raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!("leaf_id needs PostgreSQL 15.13 or later; this server's server_version_num is {running}"),
+            Some("Update the server to the latest minor release of PostgreSQL 15."),
+        );
+    }
 }
 
 #[cfg(feature = "pg_test")]
