@@ -49,6 +49,28 @@ pub fn of_reference_table(
     schema: &Schema,
     table: Table,
 ) -> Result<Option<Copies>, JobError> {
+    Ok(placements(client, schema, table)?.and_then(|(copies, own)| own.then_some(copies)))
+}
+
+/// On a node that has no copy of its own of `leaf_worker` (added with
+/// `citus_add_node`, before `replicate_reference_tables`): every copy, as
+/// `others` (so `count()` means nothing here). Such a node reads and writes
+/// the registry through Citus, which reads one copy; a claim reads every
+/// copy's mark with this. None if the node has a copy or there is none.
+pub fn of_worker_registry_elsewhere(
+    client: &mut SpiClient,
+    schema: &Schema,
+) -> Result<Option<Copies>, JobError> {
+    Ok(placements(client, schema, Table::Worker)?.and_then(|(copies, own)| (!own).then_some(copies)))
+}
+
+/// The placements of `table`: this node's (if `own`) as the shard, the
+/// others as `others`; None when it is no Citus table with placements.
+fn placements(
+    client: &mut SpiClient,
+    schema: &Schema,
+    table: Table,
+) -> Result<Option<(Copies, bool)>, JobError> {
     if !select_bool(client, sql::CITUS_METADATA_PRESENT, &[])? {
         return Ok(None);
     }
@@ -72,14 +94,16 @@ pub fn of_reference_table(
         }
         shard.get_or_insert(id);
     }
-    Ok(match (shard, own) {
-        (Some(id), true) => Some(Copies {
-            shard: schema.shard(table, id),
-            others,
-        }),
-        // no copy here (or no table placement at all): write through Citus
-        _ => None,
-    })
+    // no placement at all: not a Citus table
+    Ok(shard.map(|id| {
+        (
+            Copies {
+                shard: schema.shard(table, id),
+                others,
+            },
+            own,
+        )
+    }))
 }
 
 thread_local! {

@@ -247,6 +247,14 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
                         client, schema, &copies, id, epoch,
                     )?);
                 }
+            } else if wrote_registry {
+                // no copy here: the mark read through Citus came from one
+                // copy, which may have missed the last holder's leases
+                if let Some(all) = crate::citus_copies::of_worker_registry_elsewhere(client, schema)? {
+                    mark = mark.max(crate::citus_copies::highest_mark_on_other_copies(
+                        client, schema, &all, id, epoch,
+                    )?);
+                }
             }
             return Ok((id, mark.max(taken_at)));
         }

@@ -98,6 +98,9 @@ pub fn needs_current_catalog(what: &str) -> JobError {
 pub const FORCED_SETTINGS: &[(&CStr, &CStr)] = &[
     // names resolve only in pg_catalog: nothing planted elsewhere runs
     (c"search_path", c"pg_catalog, pg_temp"),
+    // the bootstrap superuser itself: a database owner may ALTER DATABASE
+    // ... SET role to her own role, which would make every job hers
+    (c"role", c"none"),
     // a refill is usable only once durable (and replicated, if synchronous)
     (c"synchronous_commit", c"on"),
     (c"default_transaction_read_only", c"off"),

@@ -5,7 +5,8 @@
 # claims and snowflake renewals (all run by the superuser worker) must go on
 # under every name, and her function must never run as a superuser. Tags and
 # the node name are hostile too. And while a worker's job runs, the schema
-# cannot be renamed under it (the job locks the schema's name).
+# cannot be renamed under it (the job locks the schema's name). Nor does her
+# ALTER DATABASE ... SET role make the workers' jobs hers.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -64,6 +65,20 @@ like($err, qr/lock timeout/, 'the rename waited for the refill (lock timeout)');
 $draw->quit;
 is($node->safe_psql('postgres', "SELECT nspname FROM pg_namespace WHERE nspname = 'renamed_midway'"),
 	'', 'the schema kept its name');
+
+# The database owner sets the role of every session of her database to her
+# own; the workers, connected again, still run as the bootstrap superuser.
+$node->safe_psql('postgres', 'SET ROLE mallory; ALTER DATABASE postgres SET role = mallory');
+is($node->safe_psql('postgres', 'SELECT current_user'), 'mallory', 'premise: a new session of the database is mallory');
+$node->safe_psql('postgres', q{SET ROLE NONE; SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type LIKE 'leaf_id % worker'});
+$node->poll_query_until('postgres', q{SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type LIKE 'leaf_id % worker'})
+  or die 'the workers did not leave';
+$node->safe_psql('postgres', "SET ROLE NONE; INSERT INTO $qs.leaf_alloc (biz_tag, step) VALUES ('after_set_role', 5)");
+my $r = try_sql($node, 'postgres', "SELECT $qs.leaf_segment_next('after_set_role'), $qs.leaf_snowflake_next() IS NOT NULL");
+is($r->{ret}, 0, 'with role = mallory set for the database, a refill and a claim by new workers work')
+  or diag $r->{err};
+is($r->{out}, '1|t', 'and return IDs');
+$node->safe_psql('postgres', 'ALTER DATABASE postgres RESET role');
 is(superuser_runs($node), '0,f', "at the end, nothing of mallory's ran as a superuser");
 
 done_testing();
