@@ -63,6 +63,11 @@ DECLARE
     id ALIAS FOR $1;
     owner text;
 BEGIN
+    -- superusers only, whatever was granted
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER) THEN
+        RAISE EXCEPTION 'permission denied for function leaf_snowflake_release_worker_id'
+            USING ERRCODE = '42501', HINT = 'Only superusers may release a snowflake worker id.';
+    END IF;
     IF id IS NULL THEN
         RAISE EXCEPTION 'worker_id must not be NULL' USING ERRCODE = '22004';
     END IF;
@@ -254,3 +259,38 @@ REVOKE EXECUTE ON FUNCTION leaf_snowflake_release_worker_id(integer),
     leaf_id_column_max(oid, text),
     leaf_segment_adopt_sequence(regclass, text, integer),
     leaf_snowflake_adopt_sequence(regclass) FROM PUBLIC;
+
+-- Only the privileges above are meant: grants that the installing role's
+-- ALTER DEFAULT PRIVILEGES gave other roles on leaf_id's tables, views and
+-- functions are taken back (the names are quoted by the server).
+DO $leaf_id_acl$
+DECLARE
+    stmt text;
+BEGIN
+    FOR stmt IN
+        SELECT pg_catalog.format('REVOKE ALL ON TABLE %s FROM %I', c.oid::pg_catalog.regclass, r.rolname)
+          FROM pg_catalog.pg_depend d
+          JOIN pg_catalog.pg_class c ON c.oid = d.objid
+          CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) a
+          JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
+         WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+           AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+           AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'leaf_id')
+           AND d.deptype = 'e'
+           AND a.grantee <> c.relowner AND r.rolname <> 'pg_monitor'
+        UNION
+        SELECT pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM %I', p.oid::pg_catalog.regprocedure, r.rolname)
+          FROM pg_catalog.pg_depend d
+          JOIN pg_catalog.pg_proc p ON p.oid = d.objid
+          CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
+          JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
+         WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+           AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+           AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'leaf_id')
+           AND d.deptype = 'e'
+           AND a.grantee <> p.proowner AND r.rolname <> 'pg_monitor'
+    LOOP
+        EXECUTE stmt;
+    END LOOP;
+END
+$leaf_id_acl$;

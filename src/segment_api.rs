@@ -181,9 +181,14 @@ pub fn next_ids(tag: &str, want: u64) -> (i64, i64) {
         if error_seq != seen {
             // the worker's answer to this call
             let (code, message) = slot.error.get();
+            // a slot that never had a segment (its first refill failed) is
+            // given back: the slots are shared by every database, and
+            // calls with tags that cannot be refilled (a Citus node down,
+            // a refill refused) must not keep them all
+            let never_served = missing || slot.status() == TagStatus::Loading;
             drop(guard);
             backend::end_wait();
-            if missing {
+            if never_served {
                 sh.free_tag(i, epoch);
                 forget(tag);
             }
@@ -342,6 +347,14 @@ fn drop_reserve_file(sh: &crate::shmem::Shared, dboid: u32) {
 /// restore procedure. Harmless at any time: unused cached IDs become gaps.
 #[pg_extern(volatile, parallel_unsafe)]
 fn leaf_id_reset_cache() {
+    // superusers only, whatever was granted: it removes files of the server
+    if !unsafe { pgrx::pg_sys::superuser() } {
+        crate::errors::raise(
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            "permission denied for function leaf_id_reset_cache",
+            Some("Only superusers may reset leaf_id's cache."),
+        );
+    }
     let Some(sh) = crate::shmem::shared() else {
         return;
     };

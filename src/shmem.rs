@@ -510,6 +510,19 @@ impl Shared {
         }
     }
 
+    /// The end of the lease any database of this server, this one included,
+    /// last held with `worker_id` in this lifetime (0: none), for a claim
+    /// that starts the generator afresh: this database may have issued with
+    /// the id before, under a registry that is gone (dropped and created
+    /// again) or with another id in between.
+    pub fn lifetime_lease(&self, worker_id: i64) -> i64 {
+        let _g = self.lock_global();
+        match unsafe { (*self.header).worker_id_leases.get(worker_id as usize) } {
+            Some(e) if e.dboid != 0 => e.until_ms,
+            _ => 0,
+        }
+    }
+
     /// `other_database_lease_locked`, taking the global lock.
     pub fn other_database_lease(&self, worker_id: i64, dboid: u32) -> i64 {
         let _g = self.lock_global();

@@ -274,9 +274,16 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
         )
     });
     // another database of this server may have issued with the id in this
-    // lifetime (its registry is not ours): start above its lease
+    // lifetime (its registry is not ours): start above its lease; and a
+    // generator started afresh also above this database's own earlier
+    // lease with the id (a registry dropped and created again forgets it)
     let dboid = slot.dboid.load(SeqCst);
-    let floor = claim::claim_floor(persisted, kept).max(sh.other_database_lease(worker_id, dboid));
+    let noted = if same_id {
+        sh.other_database_lease(worker_id, dboid)
+    } else {
+        sh.lifetime_lease(worker_id)
+    };
+    let floor = claim::claim_floor(persisted, kept).max(noted);
     let last = if same_id {
         slot.generator
             .last_issued_ms(crate::snowflake_api::epoch())

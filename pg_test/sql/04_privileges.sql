@@ -55,5 +55,31 @@ RESET ROLE;
 GRANT EXECUTE ON FUNCTION leaf_segment_next(text) TO PUBLIC;
 REVOKE EXECUTE ON FUNCTION leaf_segment_next(text) FROM regress_leaf_app;
 
+-- an installing superuser's ALTER DEFAULT PRIVILEGES gives nothing of leaf_id
+-- to anyone, and an explicit grant does not open the state-changing functions
+CREATE DATABASE regress_leaf_defaults;
+\c regress_leaf_defaults
+ALTER DEFAULT PRIVILEGES GRANT ALL ON TABLES TO regress_leaf_app;
+ALTER DEFAULT PRIVILEGES GRANT ALL ON FUNCTIONS TO regress_leaf_app;
+CREATE EXTENSION leaf_id;
+SELECT c.relname, pg_catalog.has_table_privilege('regress_leaf_app', c.oid, 'SELECT') AS app_can_read
+  FROM pg_catalog.pg_class c JOIN pg_catalog.pg_depend d ON d.objid = c.oid AND d.deptype = 'e'
+ WHERE d.refobjid = (SELECT oid FROM pg_catalog.pg_extension WHERE extname = 'leaf_id')
+ ORDER BY c.relname COLLATE "C";
+SELECT p.oid::regprocedure AS function,
+       pg_catalog.has_function_privilege('regress_leaf_app', p.oid, 'EXECUTE') AS app_can_run
+  FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
+ WHERE d.refobjid = (SELECT oid FROM pg_catalog.pg_extension WHERE extname = 'leaf_id')
+ ORDER BY p.oid::regprocedure::text COLLATE "C";
+GRANT EXECUTE ON FUNCTION leaf_id_reset_cache(), leaf_snowflake_release_worker_id(integer) TO regress_leaf_app;
+SET ROLE regress_leaf_app;
+\set VERBOSITY default
+SELECT leaf_id_reset_cache();
+SELECT leaf_snowflake_release_worker_id(0);
+\set VERBOSITY terse
+RESET ROLE;
+\c leaf_regress
+DROP DATABASE regress_leaf_defaults;
+
 DROP ROLE regress_leaf_app;
 DROP ROLE regress_leaf_monitor;

@@ -1,7 +1,9 @@
 # leaf_id segment mode: all tag slots in use (leaf_id.max_tags = 2). A third
 # tag fails with SQLSTATE 53400 and an error that names leaf_id.max_tags; the
 # cached tags go on working; a deleted tag's slot can be taken by a new tag.
-# Slots are shared by all databases.
+# Slots are shared by all databases. A tag whose first refill fails gives
+# its slot back, so tags that cannot be refilled do not keep the slots from
+# the others.
 
 use strict;
 use warnings;
@@ -76,6 +78,26 @@ is(sqlstate_of($node, 'other', "SELECT leaf_segment_next('a')"),
 is_deeply([ draw_ids($node, 'postgres', 'b', 2) ], [ 105, 106 ],
 	'tag b unaffected');
 $s->quit;
-
 $node->stop;
+
+# --- tags whose first refill fails do not keep the slots --------------------
+my $fail = leaf_node('slots_failing', "leaf_id.max_tags = 2\n");
+$fail->safe_psql('postgres', q{
+INSERT INTO leaf_alloc (biz_tag, max_id, step)
+  SELECT 'broken' || i, 1, 10 FROM generate_series(1, 5) i UNION ALL SELECT 'good', 1, 10;
+CREATE FUNCTION refuse_broken() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.biz_tag LIKE 'broken%' THEN RAISE EXCEPTION 'no refill for %', NEW.biz_tag; END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER refuse_broken BEFORE UPDATE ON leaf_alloc FOR EACH ROW EXECUTE FUNCTION refuse_broken();
+});
+my @states = map { sqlstate_of($fail, 'postgres', "SELECT leaf_segment_next('broken$_')") // 'none' } 1 .. 5;
+is_deeply(\@states, [ ('P0001') x 5 ],
+	'five tags whose refill fails, with two slots: each call gets the refill\'s error, not 53400');
+is_deeply([ draw_ids($fail, 'postgres', 'good', 3) ], [ 1, 2, 3 ],
+	'a tag that can be refilled still finds a slot');
+is(sqlstate_of($fail, 'postgres', "SELECT leaf_segment_next('broken1')") // 'none', 'P0001',
+	'a failing tag asked again gets its error again');
+$fail->stop;
 done_testing();
