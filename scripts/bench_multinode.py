@@ -40,9 +40,9 @@ GENERATORS = [
 
 # The statements the background worker runs, as pgbench scripts on table
 # TABLE (leaf_alloc or leaf_worker, a reference table from phase 1 on, or a
-# local copy): src/segment_worker.rs reserve() in its transaction (lock the
+# local copy): src/segment/refill.rs reserve() in its transaction (lock the
 # row with a write, move max_id on with the guard, read it back, commit), and
-# src/snowflake_worker.rs persist() (one UPDATE, autocommit). Constants stand
+# src/snowflake/lease_renew.rs persist() (one UPDATE, autocommit). Constants stand
 # in for the worker's parameters.
 RESERVE = """BEGIN;
 UPDATE public.TABLE SET update_time = pg_catalog.now() WHERE biz_tag OPERATOR(pg_catalog.=) 'bench_rt' RETURNING max_id AS m, step \\gset
@@ -340,7 +340,7 @@ def drains(B, nodes, cases):
 
 
 def copy_by_copy_renewal(B, nodes, n):
-    """The lease renewal as the worker runs it on Citus (src/citus_copies.rs):
+    """The lease renewal as the worker runs it on Citus (src/citus/copies.rs):
     node n's own copy of leaf_worker (the reference table's shard) in the
     transaction, every other copy through master_run_on_worker, each in a
     transaction of its own on a new connection. Checked once: every copy

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # The test command: every suite, starting whatever it needs.
+#  0. the module layout: no import circle, the pure core without pgrx
+#     (scripts/check-imports.py)
 #  1+2. pure Rust unit tests and #[pg_test] tests: one build, cargo pgrx test
 #     runs both (the unit tests also run alone with `cargo test --lib`)
 #  3. pg_regress suite in pg_test/ (SQL + expected output)
@@ -16,6 +18,9 @@ ROOT=$PWD
 bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 PGLIB=/usr/lib/postgresql/15/lib
+
+echo "== module layout"
+python3 scripts/check-imports.py
 
 echo "== unit tests and pg_test (one build)"
 # unlink first: servers still running keep the library they mapped

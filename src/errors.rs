@@ -1,4 +1,5 @@
 //! Raising errors with a real SQLSTATE, and the checks every entry point shares.
+//! Must not import the rest of the crate (everything imports it).
 
 use pgrx::pg_sys;
 use pgrx::pg_sys::panic::ErrorReport;
@@ -24,19 +25,6 @@ pub fn raise_recorded(sqlstate: i32, message: String) -> ! {
         )
     }
     raise(PgSqlErrorCode::from(sqlstate), message, None)
-}
-
-pub fn shared_or_raise() -> &'static crate::shmem::Shared {
-    match crate::shmem::shared() {
-        Some(s) => s,
-        None => raise(
-            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            "leaf_id is not loaded through shared_preload_libraries",
-            Some(
-                "Add leaf_id to shared_preload_libraries in postgresql.conf and restart the server.",
-            ),
-        ),
-    }
 }
 
 /// IDs need writes by the worker: refuse on a standby and, as nextval() does,

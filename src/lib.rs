@@ -1,38 +1,30 @@
 //! leaf_id: Meituan Leaf's distributed IDs inside PostgreSQL.
 //!
-//! Pure algorithms: `segment` (double buffer, dynamic step, the reserve kept
-//! on Citus) and `snowflake`
-//! (layout, generator and clock rules, worker-id claim). Postgres glue:
-//! `settings` (GUCs), `shmem` (shared memory), `owner_file` (the owner token kept
-//! across restarts of one data directory), `clock` (time conversions), `worker` (the
-//! background worker's loop), `segment_worker` and `snowflake_worker` (its jobs),
-//! `transaction` (its hardened session and transactions), `backend` (waiting on it),
-//! `segment_api` and `snowflake_api` (the SQL functions), `guard_api` (checks
-//! run on every copy of a table by the worker's updates), `citus_copies` (the snowflake
-//! renewal on a majority of the Citus copies of leaf_worker), `errors`, and
-//! `runtime` (what both modes share: `worker_sql`, the one module that
-//! builds SQL text; `as_owner`, reading a table as its owner).
+//! One folder per concern (docs/architecture.md):
+//! - `segment` and `snowflake`: each mode, its pure core (plain Rust, unit
+//!   tested with `cargo test`), its SQL functions (`sql`) and its worker
+//!   jobs;
+//! - `runtime`: what both modes share inside Postgres (shared memory, the
+//!   background worker and its loop, the hardened session, the one module
+//!   that builds the workers' SQL, waiting on the worker, the owner file,
+//!   the clock);
+//! - `citus`: the copies of a reference table, the renewal helpers, the
+//!   guard functions;
+//! - `settings` (every GUC) and `errors` (SQLSTATEs) at the top.
+//!
+//! Arrows point one way: a mode's SQL surface and jobs use `runtime` and
+//! `citus`, which use the pure core; only `runtime::worker_loop` knows both
+//! modes' jobs. `scripts/check-imports.py` (run by the test command) fails
+//! on an import circle.
 
 use pgrx::prelude::*;
 
-pub mod backend;
-pub mod citus_copies;
-pub mod clock;
+pub mod citus;
 pub mod errors;
-pub mod guard_api;
-pub mod owner_file;
-pub mod renewal_helper;
 pub mod runtime;
 pub mod segment;
-pub mod segment_api;
-pub mod segment_worker;
 pub mod settings;
-pub mod shmem;
 pub mod snowflake;
-pub mod snowflake_api;
-pub mod snowflake_worker;
-pub mod transaction;
-pub mod worker;
 
 ::pgrx::pg_module_magic!(name, version);
 
@@ -48,10 +40,10 @@ pub extern "C-unwind" fn _PG_init() {
         // functions raise a clear error; nothing else to do without shared memory
         return;
     }
-    if let Err(why) = snowflake_api::check_epoch() {
+    if let Err(why) = snowflake::sql::check_epoch() {
         errors::raise(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, why, None);
     }
-    shmem::install_hooks();
+    runtime::shmem::install_hooks();
 }
 
 /// PostgreSQL 15.13 changed `WalSndCtl`'s flag of synchronous standbys from
@@ -63,13 +55,20 @@ const MIN_SERVER_VERSION_NUM: i64 = 150013;
 fn check_server_minor() {
     let running = unsafe { pg_sys::GetConfigOption(c"server_version_num".as_ptr(), false, false) };
     let running = (!running.is_null())
-        .then(|| unsafe { std::ffi::CStr::from_ptr(running) }.to_string_lossy().parse::<i64>().ok())
+        .then(|| {
+            unsafe { std::ffi::CStr::from_ptr(running) }
+                .to_string_lossy()
+                .parse::<i64>()
+                .ok()
+        })
         .flatten()
         .unwrap_or(0);
     if running < MIN_SERVER_VERSION_NUM {
         errors::raise(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!("leaf_id needs PostgreSQL 15.13 or later; this server's server_version_num is {running}"),
+            format!(
+                "leaf_id needs PostgreSQL 15.13 or later; this server's server_version_num is {running}"
+            ),
             Some("Update the server to the latest minor release of PostgreSQL 15."),
         );
     }

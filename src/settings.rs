@@ -1,4 +1,5 @@
 //! Every `leaf_id.*` setting, with the descriptions `pg_settings` shows.
+//! Must not import the rest of the crate but `errors` (everything reads settings).
 
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use std::ffi::CString;

@@ -5,6 +5,7 @@
 //! expression folded by the planner, a rule, a function of a type) must run
 //! with the owner's rights, unable to SET ROLE back. Owns only that switch;
 //! must not touch shared memory or leaf_id's tables.
+//! Must not be callable by anyone but superusers (the adopt functions call it).
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;

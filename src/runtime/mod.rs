@@ -1,6 +1,20 @@
-//! What both modes share inside Postgres. For now: `worker_sql`, the one
-//! module that builds the SQL text the workers and helpers run, and
-//! `as_owner`, reading a table as its owner (the adopt functions).
+//! What both modes share inside Postgres: shared memory (`shmem`, with the
+//! Citus helpers' slots in `copy_slot`), the owner file (`owner_file`), the
+//! clock (`clock`), a background worker's identity and start (`bgworker`),
+//! the worker loop (`worker_loop`, the only module that knows both modes'
+//! jobs), the hardened session and transactions (`transaction`, with the
+//! jobs' error type in `job`), the one module that builds the workers' SQL
+//! (`worker_sql`), a backend's side of waiting on the worker (`backend`),
+//! and reading a table as its owner (`as_owner`).
 
 pub mod as_owner;
+pub mod backend;
+pub mod bgworker;
+pub mod clock;
+pub mod copy_slot;
+pub mod job;
+pub mod owner_file;
+pub mod shmem;
+pub mod transaction;
+pub mod worker_loop;
 pub mod worker_sql;

@@ -1,6 +1,7 @@
 //! Every statement text the background workers and the renewal helpers run
 //! that names one of leaf_id's tables, and the only place in leaf_id that
 //! puts SQL text together.
+//! Owns the text of the statements; must not run them (the jobs do).
 //!
 //! Owns the two ways anything variable enters a statement. A name: only the
 //! extension's schema, as `quote_ident` returned it on this server in the
@@ -12,7 +13,7 @@
 //! with %I and %L from bound values. Must not touch shared memory or decide
 //! anything: the jobs do.
 
-use crate::transaction::{JobError, spi_err};
+use crate::runtime::job::{JobError, spi_err};
 use pgrx::pg_sys;
 use pgrx::spi::SpiClient;
 

@@ -1,5 +1,6 @@
 //! The double buffer of one tag: two segments of reserved IDs, lock-free on the
 //! hot path.
+//! Pure: no pgrx, no SQL, no files.
 //!
 //! Pure Rust over std atomics, `#[repr(C)]` so it can live in shared memory.
 //! Taking an ID is one `fetch_add` on the current segment's state word; the

@@ -1,5 +1,16 @@
-//! Segment mode: ranges of IDs reserved from `leaf_alloc`, double-buffered,
-//! and on Citus a reserve kept for refills while a node is down.
+//! Segment mode: ranges of IDs reserved from `leaf_alloc`, double-buffered
+//! in shared memory, and on Citus a reserve kept for refills while a node is
+//! down.
+//!
+//! The pure core (no pgrx): `buffer` (the double buffer's state machine),
+//! `step` (the dynamic step), `reserve` (the Citus reserve's rules and file
+//! format). Inside Postgres: `sql` (the SQL functions), `jobs` (the segment
+//! worker's scheduling), `refill` (one refill), `reserve_file` (the
+//! reserve's file).
 pub mod buffer;
+pub mod jobs;
+pub mod refill;
 pub mod reserve;
+pub mod reserve_file;
+pub mod sql;
 pub mod step;

@@ -1,5 +1,6 @@
 //! Segment mode on Citus: a reserve of IDs that a server keeps for itself,
 //! for refills while a node with a copy of `leaf_alloc` is down.
+//! Pure but for its file's read and write: no pgrx, no SQL.
 //!
 //! A refill through Citus needs every copy of `leaf_alloc`. So while the
 //! cluster is whole, a refill also reserves a few segments more than it
@@ -364,11 +365,18 @@ mod tests {
         r.add("order", 100, (300, 400), 400);
         let text = r.to_text(7);
         assert_eq!(Reserve::from_text(&text, 42, Some(8)), Reserve::new(42));
-        assert_eq!(Reserve::from_text(&text, 42, None), Reserve::new(42), "no record");
+        assert_eq!(
+            Reserve::from_text(&text, 42, None),
+            Reserve::new(42),
+            "no record"
+        );
         let no_nonce = text.replace("nonce 7\n", "");
         assert_eq!(Reserve::from_text(&no_nonce, 42, Some(7)), Reserve::new(42));
         let after_end = text.replace("nonce 7\nend\n", "end\nnonce 7\n");
-        assert_eq!(Reserve::from_text(&after_end, 42, Some(7)), Reserve::new(42));
+        assert_eq!(
+            Reserve::from_text(&after_end, 42, Some(7)),
+            Reserve::new(42)
+        );
     }
 
     #[test]
@@ -377,7 +385,11 @@ mod tests {
         r.add("order", 100, (300, 400), 400);
         let text = r.to_text(7);
         let cut = text.trim_end().trim_end_matches("end");
-        assert_eq!(Reserve::from_text(cut, 42, Some(7)), Reserve::new(42), "cut short");
+        assert_eq!(
+            Reserve::from_text(cut, 42, Some(7)),
+            Reserve::new(42),
+            "cut short"
+        );
         let bad = text.replace("range 300 400", "range 300 500");
         assert_eq!(
             Reserve::from_text(&bad, 42, Some(7)),

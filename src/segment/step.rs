@@ -1,4 +1,5 @@
 //! Leaf's dynamic step: how many IDs the next refill reserves.
+//! Pure: no pgrx, no SQL, no files.
 //!
 //! A segment that lasted less than the segment duration doubles the step (up
 //! to the maximum); one that lasted two durations or more halves it (never

@@ -1,4 +1,5 @@
 //! Which worker id a node takes from the registry (`leaf_worker`).
+//! Pure: no pgrx, no SQL, no files.
 //!
 //! The plan is made from a snapshot of the registry; the claim itself is an
 //! `INSERT` (or an `UPDATE` of a released row) that the table's unique keys

@@ -1,4 +1,5 @@
 //! The snowflake generator and its clock rules, over an injected clock.
+//! Pure: no pgrx, no SQL, no files.
 //!
 //! State is one `AtomicU64`: closed flag | worker id | milliseconds since
 //! epoch | sequence, advanced by compare-and-swap: lock-free, shared by all

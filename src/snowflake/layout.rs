@@ -1,5 +1,6 @@
 //! Leaf's snowflake layout: sign 0 | 41 bits of milliseconds since the epoch |
 //! 10 bits of worker id | 12 bits of sequence.
+//! Pure: no pgrx, no SQL, no files.
 
 pub const TIMESTAMP_BITS: u32 = 41;
 pub const WORKER_BITS: u32 = 10;

@@ -1,4 +1,5 @@
 //! Renewing a snowflake lease on a majority of the copies of `leaf_worker`.
+//! Pure: no pgrx, no SQL, no files.
 //!
 //! On Citus, `leaf_worker` is a reference table: a copy on every node, and a
 //! write through Citus needs every copy. A renewal that needed every copy

@@ -1,6 +1,8 @@
-//! The snowflake half of the worker: claim a worker id from `leaf_worker`,
-//! keep the persisted high-water mark ahead of the clock, and close the
-//! generator on exit.
+//! Claiming a snowflake worker id: read `leaf_worker`, plan the claim
+//! (`snowflake::claim`, pure), take the row (insert, released row, own row
+//! back, or a takeover after its lease), persist a first mark, and publish
+//! the claim to shared memory. Renewals and the close are `lease_renew`'s
+//! and `lease_close`'s.
 //!
 //! The invariant every step keeps: the generator's lease (`lease_ms`, the
 //! last millisecond it may issue) is never above the mark persisted in the
@@ -8,23 +10,25 @@
 //! returned (never raised on its own), the generator is closed before any
 //! re-claim, and a close lowers the row only to what was really issued.
 
-use crate::clock::clock_ms;
-use crate::errors::code_of;
-use crate::runtime::worker_sql::{self as sql, Schema, Table};
+use crate::runtime::clock::clock_ms;
+use crate::runtime::job::{JobError, spi_err};
+use crate::runtime::shmem::shared;
+use crate::runtime::worker_sql::{self as sql, Schema};
 use crate::settings;
-use crate::shmem::{SnowflakeState, shared};
 use crate::snowflake::claim::{self, ClaimPlan, OwnRow, RegistryRow, Take};
-use crate::transaction::{JobError, explain_unreachable, in_transaction, spi_err};
-use crate::worker::WorkerContext;
+use crate::snowflake::lease_renew::{lease_ahead, persist};
 use pgrx::prelude::*;
 use pgrx::spi::{Spi, SpiClient};
 use std::sync::atomic::Ordering::SeqCst;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The registry, read with a fresh snapshot (an `update` call: a read-only
 /// SPI query would reuse the transaction's first snapshot, and the claim
 /// reads again after waiting).
-fn registry(client: &mut SpiClient, schema: &Schema) -> Result<Vec<RegistryRow>, JobError> {
+pub(crate) fn registry(
+    client: &mut SpiClient,
+    schema: &Schema,
+) -> Result<Vec<RegistryRow>, JobError> {
     let rows = client
         .update(&sql::worker_registry(schema), None, &[])
         .map_err(spi_err)?;
@@ -41,34 +45,16 @@ fn registry(client: &mut SpiClient, schema: &Schema) -> Result<Vec<RegistryRow>,
 }
 
 /// The worker id setting: None = claim one from the registry.
-fn configured_worker_id() -> Option<i64> {
+pub(crate) fn configured_worker_id() -> Option<i64> {
     match settings::WORKER_ID.get() {
         -1 => None,
         id => Some(id as i64),
     }
 }
 
-/// `leaf_id.lease_ahead` must exceed `leaf_id.heartbeat_interval`, or the
-/// lease runs out between renewals and IDs stop.
-fn lease_ahead() -> Result<i64, JobError> {
-    let (ahead, beat) = (
-        settings::LEASE_AHEAD.get(),
-        settings::HEARTBEAT_INTERVAL.get(),
-    );
-    if ahead <= beat {
-        return Err(JobError::new(
-            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!(
-                "leaf_id.lease_ahead ({ahead} ms) must be greater than leaf_id.heartbeat_interval ({beat} ms)"
-            ),
-        ));
-    }
-    Ok(ahead as i64)
-}
-
 /// Worker ids the generators of the other databases of this server use
 /// (hold the global lock for an answer that stays true).
-fn used_by_other_databases(db: usize) -> Vec<i64> {
+pub(crate) fn used_by_other_databases(db: usize) -> Vec<i64> {
     let sh = shared().expect("shared memory");
     (0..sh.n_dbs())
         .filter(|&d| d != db && sh.db(d).dboid.load(SeqCst) != 0)
@@ -82,8 +68,10 @@ fn used_by_other_databases(db: usize) -> Vec<i64> {
 /// Claim (or re-take) this node's worker id and persist a first mark. The
 /// generator is closed (`SnowflakeJobs::claim`).
 pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
-    if crate::transaction::catalog_is_legacy() {
-        return Err(crate::transaction::needs_current_catalog("snowflake mode"));
+    if crate::runtime::transaction::catalog_is_legacy() {
+        return Err(crate::runtime::transaction::needs_current_catalog(
+            "snowflake mode",
+        ));
     }
     let sh = shared().expect("shared memory");
     let slot = sh.db(db);
@@ -93,7 +81,7 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
     let ahead = lease_ahead()?;
     // a dropped database's generator no longer needs its id (its slot stays
     // until reclaimed; with idle workers, DROP DATABASE needs no FORCE)
-    crate::backend::reclaim_dropped_databases(sh);
+    crate::runtime::backend::reclaim_dropped_databases(sh);
     let used_here = used_by_other_databases(db);
     // whether the claim wrote leaf_worker (through Citus: every copy), and
     // the time of a takeover from another token (the new floor)
@@ -227,15 +215,15 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
                 .first();
             let mark = row.get::<i64>(1).ok().flatten().unwrap_or(0);
             let mark_epoch = row.get::<i64>(2).ok().flatten();
-            let epoch = crate::snowflake_api::epoch();
+            let epoch = crate::snowflake::sql::epoch();
             let mut mark = claim::floor_for_epoch(mark, mark_epoch, epoch).map_err(|e| {
                 JobError::new(PgSqlErrorCode::ERRCODE_DATA_CORRUPTED, e.describe(id))
             })?;
-            if let Some(copies) = crate::citus_copies::of_worker_registry(client, schema)? {
+            if let Some(copies) = crate::citus::copies::of_worker_registry(client, schema)? {
                 // this node's own copy, read without Citus (which may read
                 // another copy): it is in every majority that granted this
                 // node a lease, so a restart's floor covers them all
-                mark = mark.max(crate::citus_copies::mark_on_own_copy(
+                mark = mark.max(crate::citus::copies::mark_on_own_copy(
                     client, &copies, id, epoch,
                 )?);
                 // this node's copy may have missed leases that a majority
@@ -243,15 +231,17 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
                 // without it): a claim that wrote every copy reads every
                 // copy's mark as well
                 if wrote_registry {
-                    mark = mark.max(crate::citus_copies::highest_mark_on_other_copies(
+                    mark = mark.max(crate::citus::copies::highest_mark_on_other_copies(
                         client, schema, &copies, id, epoch,
                     )?);
                 }
             } else if wrote_registry {
                 // no copy here: the mark read through Citus came from one
                 // copy, which may have missed the last holder's leases
-                if let Some(all) = crate::citus_copies::of_worker_registry_elsewhere(client, schema)? {
-                    mark = mark.max(crate::citus_copies::highest_mark_on_other_copies(
+                if let Some(all) =
+                    crate::citus::copies::of_worker_registry_elsewhere(client, schema)?
+                {
+                    mark = mark.max(crate::citus::copies::highest_mark_on_other_copies(
                         client, schema, &all, id, epoch,
                     )?);
                 }
@@ -286,7 +276,7 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
     let floor = claim::claim_floor(persisted, kept).max(noted);
     let last = if same_id {
         slot.generator
-            .last_issued_ms(crate::snowflake_api::epoch())
+            .last_issued_ms(crate::snowflake::sql::epoch())
             .unwrap_or(0)
     } else {
         0
@@ -319,9 +309,9 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
 /// `OwnRow::TakeBack`), at `now_ms`. Every copy of the row (one, or one per
 /// Citus node) must still have the token read, and, if a holder had it, a
 /// lease that has passed: a holder that renewed meanwhile (on any copy)
-/// fails the statement (guard_api, 55006). The taker issues above `now_ms`,
+/// fails the statement (`citus::guard`, 55006). The taker issues above `now_ms`,
 /// so above every lease a copy holds, including one this node's copy missed.
-fn take_back(
+pub(crate) fn take_back(
     client: &mut SpiClient,
     schema: &Schema,
     row: &RegistryRow,
@@ -353,7 +343,7 @@ fn take_back(
     Ok(!got.is_empty())
 }
 
-fn held_by_live_server(id: i64, node: &str) -> JobError {
+pub(crate) fn held_by_live_server(id: i64, node: &str) -> JobError {
     JobError::new(
         PgSqlErrorCode::ERRCODE_OBJECT_IN_USE,
         format!(
@@ -368,7 +358,7 @@ fn held_by_live_server(id: i64, node: &str) -> JobError {
 /// and a lock timeout at most), instead of refusing calls meanwhile. A floor
 /// further ahead (a long lease, a clock behind the mark) is not waited for:
 /// calls are refused (58000) until the clock passes it.
-fn wait_for_floor(floor: i64) {
+pub(crate) fn wait_for_floor(floor: i64) {
     let limit = 2 * settings::HEARTBEAT_INTERVAL.get() as i64 + WORKER_LOCK_TIMEOUT_MS;
     let behind = floor - clock_ms();
     if behind < 0 || behind > limit {
@@ -376,22 +366,19 @@ fn wait_for_floor(floor: i64) {
     }
     while clock_ms() <= floor {
         pgrx::check_for_interrupts!();
-        crate::clock::wait_on_latch(Duration::from_millis(
-            (floor - clock_ms()).clamp(1, 100) as u64
+        crate::runtime::clock::wait_on_latch(Duration::from_millis(
+            (floor - clock_ms()).clamp(1, 100) as u64,
         ));
     }
 }
 
-/// `close_and_persist` left the row as it was (on Citus, at an exit).
-const SKIPPED_ON_CITUS: i64 = i64::MIN;
-
 /// The worker session's lock_timeout (`FORCED_SETTINGS`).
-const WORKER_LOCK_TIMEOUT_MS: i64 = 5000;
+pub(crate) const WORKER_LOCK_TIMEOUT_MS: i64 = 5000;
 
 /// Read the row again and again (interruptibly, with fresh snapshots) until
 /// the snowflake clock reaches `until_ms`: false as soon as its owner token
 /// or mark differs from `row`.
-fn row_unchanged_until(
+pub(crate) fn row_unchanged_until(
     client: &mut SpiClient,
     schema: &Schema,
     row: &RegistryRow,
@@ -409,21 +396,21 @@ fn row_unchanged_until(
             return Ok(true);
         }
         pgrx::check_for_interrupts!();
-        crate::clock::wait_on_latch(Duration::from_millis(left.min(100) as u64));
+        crate::runtime::clock::wait_on_latch(Duration::from_millis(left.min(100) as u64));
     }
 }
 
 /// A committed claim, to publish to shared memory.
 pub struct Claimed {
-    worker_id: i64,
-    floor: i64,
-    lease: i64,
-    same_id: bool,
-    configured: Option<i64>,
-    node: String,
+    pub(crate) worker_id: i64,
+    pub(crate) floor: i64,
+    pub(crate) lease: i64,
+    pub(crate) same_id: bool,
+    pub(crate) configured: Option<i64>,
+    pub(crate) node: String,
 }
 
-fn used_by_other_database(id: i64) -> JobError {
+pub(crate) fn used_by_other_database(id: i64) -> JobError {
     JobError::new(
         PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
         format!(
@@ -465,304 +452,4 @@ pub fn publish_claim(db: usize, c: &Claimed) -> Result<(), JobError> {
         slot.generator.reset(c.worker_id);
     }
     Ok(())
-}
-
-/// Write the mark; the generator may use it only after the commit. Returns
-/// the row's mark after the update (never below `mark`). Every copy of the
-/// row must still be this server's (node name and owner token), or the
-/// statement fails (guard_api). On Citus, unless `through_citus`, the copies
-/// are written one by one and a majority is enough (`snowflake::quorum`), so
-/// that one node down does not stop the others.
-fn persist(
-    db: usize,
-    schema: &Schema,
-    worker_id: i64,
-    node: &str,
-    mark: i64,
-    through_citus: bool,
-) -> Result<i64, JobError> {
-    if crate::transaction::catalog_is_legacy() {
-        return Err(crate::transaction::needs_current_catalog("snowflake mode"));
-    }
-    let token = shared().expect("shared memory").owner_token();
-    if !through_citus {
-        let renewed = Spi::connect_mut(|client| {
-            let Some(copies) = crate::citus_copies::of_worker_registry(client, schema)? else {
-                return Ok(false);
-            };
-            crate::citus_copies::renew_on_majority(
-                client,
-                db,
-                schema,
-                &copies,
-                worker_id,
-                node,
-                token,
-                mark,
-                crate::snowflake_api::epoch(),
-                crate::transaction::citus_connect_timeout_ms(),
-            )
-            .map(|()| true)
-        })?;
-        if renewed {
-            return Ok(mark);
-        }
-    }
-    let updated = Spi::connect_mut(|client| {
-        client
-            .update(
-                &sql::worker_renew(schema),
-                None,
-                &[
-                    mark.into(),
-                    (worker_id as i32).into(),
-                    node.into(),
-                    crate::snowflake_api::epoch().into(),
-                    token.into(),
-                ],
-            )
-            .map_err(spi_err)
-            .map(|t| {
-                if t.len() != 1 {
-                    None
-                } else {
-                    t.first().get::<i64>(1).ok().flatten()
-                }
-            })
-    })?;
-    match updated {
-        Some(m) if m >= mark => Ok(m),
-        _ => Err(JobError::new(
-            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            format!(
-                "could not persist the snowflake high-water mark: the leaf_worker row of worker id {worker_id} for node \"{node}\" is gone or a trigger changed the update"
-            ),
-        )),
-    }
-}
-
-/// Renew the mark with the claimed worker id and node name (settings changed
-/// since take effect at the next claim): the commit happens in the caller
-/// (`in_transaction`), the mark is used only after it.
-fn renew(schema: &Schema, db: usize) -> Result<i64, JobError> {
-    let slot = shared().expect("shared memory").db(db);
-    let worker_id = slot.generator.worker_id();
-    // never below the current lease: the row must cover what may be issued
-    let mark = (clock_ms() + lease_ahead()?).max(slot.generator.lease_ms.load(SeqCst));
-    persist(db, schema, worker_id, &slot.node_name(), mark, false)
-}
-
-/// Close the generator and persist the exact last issued millisecond instead
-/// of the lease, so that after a clean restart IDs are not refused while the
-/// clock catches up with a mark set ahead of it. The row keeps a mark that
-/// someone else raised above our lease. If this fails, the lease stays
-/// persisted: safe. Runs on the worker's exit and before every re-claim.
-/// `release_token`: the row's owner token goes too (a shutdown, a re-claim);
-/// an idle exit keeps it, so that the next worker of this lifetime needs no
-/// write of every Citus copy to take the row back.
-pub fn close_and_persist(db: usize, release_token: bool) {
-    let slot = shared().expect("shared memory").db(db);
-    let epoch = crate::snowflake_api::epoch();
-    // after this no ID can be issued with a later millisecond
-    let last = slot.generator.close(epoch).unwrap_or(0);
-    if slot.worker_id.load(SeqCst) < 0 || slot.generator.lease_ms.load(SeqCst) == 0 {
-        return; // never claimed in this lifetime
-    }
-    let lease = slot.generator.lease_ms.load(SeqCst);
-    let mark = last.max(slot.generator.floor_ms.load(SeqCst));
-    let worker_id = slot.generator.worker_id();
-    // closed: another database of this server that takes the id next starts
-    // above what was issued, not above the whole lease
-    shared().expect("shared memory").note_worker_id_closed(
-        worker_id,
-        slot.dboid.load(SeqCst),
-        mark,
-    );
-    let node = slot.node_name();
-    let token = shared().expect("shared memory").owner_token();
-    let result = in_transaction(|schema| {
-        if crate::transaction::catalog_is_legacy() {
-            return Err(crate::transaction::needs_current_catalog("snowflake mode"));
-        }
-        Spi::connect_mut(|client| {
-            if crate::transaction::cancel_held_off()
-                && crate::citus_copies::is_citus_table(client, schema, Table::Worker)?
-            {
-                // Citus ends a distributed statement silently, with only this
-                // node's copy written, when a cancel or terminate is pending
-                // while interrupts are held (as on this exit): the copies
-                // would disagree on the token. The row keeps its lease
-                // instead; a restart of this data directory keeps the token
-                // (owner_file) and goes on above that lease.
-                return Ok(Some(SKIPPED_ON_CITUS));
-            }
-            client
-                .update(
-                    // on a shutdown the owner token goes too: a restart
-                    // takes the row back at once, and so may a copy
-                    &sql::worker_close(schema),
-                    None,
-                    &[
-                        mark.into(),
-                        (worker_id as i32).into(),
-                        node.as_str().into(),
-                        epoch.into(),
-                        lease.into(),
-                        token.into(),
-                        release_token.into(),
-                    ],
-                )
-                .map_err(spi_err)
-                .map(|t| {
-                    if t.len() != 1 {
-                        None
-                    } else {
-                        t.first().get::<i64>(1).ok().flatten()
-                    }
-                })
-        })
-    });
-    match result {
-        Ok(Some(SKIPPED_ON_CITUS)) => pgrx::log!(
-            "leaf_id: snowflake worker id {} closed; its leaf_worker row keeps its lease (a shutdown cannot write every Citus copy)",
-            worker_id
-        ),
-        Ok(Some(written)) if written >= mark => {
-            // the lease follows the row down: a reopen must renew first
-            slot.generator.lease_ms.store(written.min(lease), SeqCst);
-            pgrx::log!(
-                "leaf_id: snowflake worker id {} closed at {}",
-                worker_id,
-                written
-            );
-        }
-        Ok(_) => pgrx::warning!(
-            "leaf_id: could not persist the last snowflake millisecond: the leaf_worker row of worker id {} for node \"{}\" is gone or was changed; it keeps its earlier mark",
-            worker_id,
-            node
-        ),
-        Err(e) => pgrx::warning!(
-            "leaf_id: could not persist the last snowflake millisecond: {}",
-            e.message
-        ),
-    }
-}
-
-/// The worker's snowflake jobs.
-pub struct SnowflakeJobs {
-    last_heartbeat: Option<Instant>,
-    /// (worker id setting, node name) of the last claim: a reload that
-    /// changes either makes the worker claim again
-    claimed_with: Option<(Option<i64>, String)>,
-}
-
-impl SnowflakeJobs {
-    pub fn new() -> SnowflakeJobs {
-        SnowflakeJobs {
-            last_heartbeat: None,
-            claimed_with: None,
-        }
-    }
-
-    /// After a reload: `leaf_id.worker_id` and `leaf_id.node_name` take
-    /// effect now, by a re-claim (the generator is closed first).
-    pub fn settings_reloaded(&mut self, ctx: &WorkerContext) {
-        let slot = ctx.sh.db(ctx.db);
-        let now = (configured_worker_id(), settings::node_name());
-        if self.claimed_with.as_ref().is_some_and(|c| *c != now)
-            && slot.snowflake_state.load(SeqCst) == SnowflakeState::Ready as u32
-        {
-            pgrx::log!("leaf_id: snowflake worker id or node name changed: claiming again");
-            slot.snowflake_state
-                .store(SnowflakeState::Requested as u32, SeqCst);
-        }
-    }
-
-    pub fn run(&mut self, ctx: &mut WorkerContext) {
-        let sh = ctx.sh;
-        let slot = sh.db(ctx.db);
-        let state = slot.snowflake_state.load(SeqCst);
-        if state == SnowflakeState::Requested as u32 {
-            // nothing may be issued while the claim changes the generator
-            if !slot.generator.is_closed() {
-                close_and_persist(ctx.db, true);
-            }
-            slot.generator.close(crate::snowflake_api::epoch());
-            let db = ctx.db;
-            let result = in_transaction(|schema| claim(schema, db))
-                .map_err(|e| explain_unreachable(e, "claim a snowflake worker id", "leaf_worker"))
-                .and_then(|c| publish_claim(db, &c).map(|()| c));
-            let _g = sh.lock_db(ctx.db);
-            match result {
-                Ok(claimed) => {
-                    self.claimed_with = Some((claimed.configured, claimed.node.clone()));
-                    slot.snowflake_state
-                        .store(SnowflakeState::Ready as u32, SeqCst);
-                    self.last_heartbeat = Some(Instant::now());
-                }
-                Err(e) => {
-                    ctx.note(&e);
-                    slot.error.set(e.sqlstate, &e.message);
-                    slot.snowflake_state
-                        .store(SnowflakeState::Failed as u32, SeqCst);
-                    pgrx::warning!("leaf_id: snowflake worker id claim failed: {}", e.message);
-                }
-            }
-            drop(_g);
-            sh.broadcast(ctx.db);
-        } else if state == SnowflakeState::Ready as u32 {
-            let due = self.last_heartbeat.is_none_or(|t| {
-                t.elapsed() >= Duration::from_millis(settings::HEARTBEAT_INTERVAL.get() as u64)
-            });
-            // clear the request either way: this renewal serves it
-            let wanted = slot.snowflake_lease_wanted.swap(false, SeqCst);
-            if due || wanted {
-                self.last_heartbeat = Some(Instant::now());
-                let db = ctx.db;
-                let renewed = in_transaction(|schema| renew(schema, db)).map_err(|e| {
-                    explain_unreachable(e, "renew the snowflake lease", "leaf_worker")
-                });
-                match renewed {
-                    // in_transaction refuses a commit that a synchronous
-                    // standby has not confirmed
-                    Ok(mark) => {
-                        // noted before the generator may issue up to it
-                        sh.note_worker_id_lease(
-                            slot.generator.worker_id(),
-                            slot.dboid.load(SeqCst),
-                            mark,
-                        );
-                        slot.generator.lease_ms.store(mark, SeqCst)
-                    }
-                    Err(e) => {
-                        ctx.note(&e);
-                        let _g = sh.lock_db(ctx.db);
-                        slot.error.set(e.sqlstate, &e.message);
-                        pgrx::warning!(
-                            "leaf_id: snowflake high-water mark renewal failed: {}",
-                            e.message
-                        );
-                        if e.sqlstate == code_of(PgSqlErrorCode::ERRCODE_OBJECT_IN_USE) {
-                            // the row is no longer ours (released, or taken
-                            // over after our lease ran out): claim again;
-                            // the generator is closed first
-                            slot.snowflake_state
-                                .store(SnowflakeState::Requested as u32, SeqCst);
-                        }
-                    }
-                }
-                sh.broadcast(ctx.db);
-            }
-        }
-    }
-
-    /// How long the worker may sleep before the next renewal.
-    pub fn timeout(&self, ctx: &WorkerContext) -> Option<Duration> {
-        (ctx.sh.db(ctx.db).snowflake_state.load(SeqCst) == SnowflakeState::Ready as u32).then(
-            || {
-                Duration::from_millis(settings::HEARTBEAT_INTERVAL.get() as u64 / 2)
-                    .max(Duration::from_millis(5))
-            },
-        )
-    }
 }

@@ -1,5 +1,6 @@
 //! Shared memory: one region with the per-database slots and the per-tag
 //! slots, plus the LWLocks that guard their slow paths.
+//! Owns the layout and the hooks; must not run SQL or know what a job does.
 //!
 //! The size depends on settings (`leaf_id.max_tags`, `leaf_id.max_databases`),
 //! so the region is requested and laid out by hand rather than with a
@@ -129,8 +130,8 @@ pub struct DbSlot {
     pub node_name_len: AtomicU32,
     pub node_name: UnsafeCell<[u8; crate::settings::NODE_NAME_MAX_BYTES]>,
     /// The snowflake worker's requests to its renewal helpers, one slot per
-    /// other copy of leaf_worker (`renewal_helper`).
-    copy_slots: [crate::renewal_helper::CopySlot; crate::renewal_helper::MAX_OTHER_COPIES],
+    /// other copy of leaf_worker (`citus::renewal_helper`).
+    copy_slots: [crate::runtime::copy_slot::CopySlot; crate::runtime::copy_slot::MAX_OTHER_COPIES],
     /// Raised by `leaf_id_reset_cache()` before and after it removes the
     /// database's segment reserve file (odd while it does): a worker that
     /// read the file before, or meanwhile, must not use or write it back.
@@ -193,7 +194,7 @@ pub struct TagSlot {
 }
 
 impl DbSlot {
-    pub fn copy_slots(&self) -> &[crate::renewal_helper::CopySlot] {
+    pub fn copy_slots(&self) -> &[crate::runtime::copy_slot::CopySlot] {
         &self.copy_slots
     }
     pub fn worker(&self, role: Role) -> &WorkerSlot {
@@ -402,7 +403,7 @@ pub fn data_dir() -> std::path::PathBuf {
 /// else a new random one.
 unsafe fn owner_token_for_this_lifetime() -> i64 {
     let fresh = unsafe { new_owner_token() };
-    let (token, outcome) = crate::owner_file::token_for_this_lifetime(
+    let (token, outcome) = crate::runtime::owner_file::token_for_this_lifetime(
         &data_dir(),
         unsafe { pg_sys::PostPortNumber },
         unsafe { pg_sys::GetSystemIdentifier() },
@@ -425,8 +426,8 @@ pub fn random_nonce() -> u64 {
 }
 
 /// The record outside the data directory of one of its files.
-pub fn boot_record(what: &str) -> Option<crate::owner_file::BootRecord> {
-    crate::owner_file::BootRecord::of(
+pub fn boot_record(what: &str) -> Option<crate::runtime::owner_file::BootRecord> {
+    crate::runtime::owner_file::BootRecord::of(
         what,
         &data_dir(),
         unsafe { pg_sys::PostPortNumber },
@@ -441,8 +442,9 @@ unsafe fn new_owner_token() -> i64 {
     let mut token = i64::from_ne_bytes(buf) & i64::MAX;
     if !ok || token == 0 {
         // no strong randomness: time and pid still differ between servers
-        token =
-            (crate::clock::unix_us() ^ (unsafe { pg_sys::MyProcPid } as i64) << 40) & i64::MAX | 1;
+        token = (crate::runtime::clock::unix_us() ^ (unsafe { pg_sys::MyProcPid } as i64) << 40)
+            & i64::MAX
+            | 1;
     }
     token
 }

@@ -1,4 +1,5 @@
 //! The copies of `leaf_worker` on Citus, written one by one.
+//! Must not keep state between jobs or know a mode's scheduling.
 //!
 //! A snowflake renewal on Citus writes each node's copy of the reference
 //! table separately (`snowflake::quorum` says why a majority is enough): its
@@ -6,11 +7,11 @@
 //! of its own on that node, through Citus' `master_run_on_worker` (one new
 //! connection per node, in parallel, bounded by `citus.node_connection_timeout`).
 //! A copy that is not this node's row and token raises (the guard of
-//! `guard_api`), so it does not count.
+//! `citus::guard`), so it does not count.
 
+use crate::runtime::job::{JobError, spi_err};
 use crate::runtime::worker_sql::{self as sql, Schema, Shard, Table};
 use crate::snowflake::quorum;
-use crate::transaction::{JobError, spi_err};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
@@ -61,7 +62,8 @@ pub fn of_worker_registry_elsewhere(
     client: &mut SpiClient,
     schema: &Schema,
 ) -> Result<Option<Copies>, JobError> {
-    Ok(placements(client, schema, Table::Worker)?.and_then(|(copies, own)| (!own).then_some(copies)))
+    Ok(placements(client, schema, Table::Worker)?
+        .and_then(|(copies, own)| (!own).then_some(copies)))
 }
 
 /// The placements of `table`: this node's (if `own`) as the shard, the
@@ -157,7 +159,7 @@ pub fn is_citus_table(
     schema: &Schema,
     table: Table,
 ) -> Result<bool, JobError> {
-    if !crate::transaction::citus_loaded() {
+    if !crate::runtime::transaction::citus_loaded() {
         return Ok(false); // no query on every refill of a server without Citus
     }
     if !select_bool(client, sql::CITUS_PARTITIONS_PRESENT, &[])? {
@@ -271,11 +273,11 @@ pub fn renew_on_majority(
     )?;
     // each other copy through a helper process of its own, so that a node
     // that hangs with the statement in flight holds only that helper
-    for answer in crate::renewal_helper::run_on_others(
+    for answer in crate::citus::renewal_helper::run_on_others(
         db,
         &copies.others,
         &command,
-        std::time::Duration::from_millis(crate::transaction::renewal_wait_ms() as u64),
+        std::time::Duration::from_millis(crate::runtime::transaction::renewal_wait_ms() as u64),
     ) {
         match answer {
             Ok(_) => acks += 1,

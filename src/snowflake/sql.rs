@@ -1,10 +1,13 @@
 //! SQL surface of snowflake mode.
+//! Must not run SQL: claims and renewals are the worker's (`snowflake::jobs`).
 
-use crate::backend::{self, Deadline};
-use crate::clock::{clock_ms, tstz_from_unix_ms, tstz_from_unix_ms_any, unix_ms_from_tstz};
 use crate::errors::{raise, raise_recorded, require_writable};
+use crate::runtime::backend::{self, Deadline};
+use crate::runtime::clock::{
+    clock_ms, tstz_from_unix_ms, tstz_from_unix_ms_any, unix_ms_from_tstz,
+};
+use crate::runtime::shmem::{Role, SnowflakeState};
 use crate::settings;
-use crate::shmem::{Role, SnowflakeState};
 use crate::snowflake::generator::{Clock, Config, Refusal};
 use crate::snowflake::layout::{self, MAX_TIMESTAMP};
 use pgrx::prelude::*;
@@ -25,7 +28,7 @@ impl Clock for PgClock {
             if left.is_zero() {
                 return;
             }
-            crate::clock::wait_on_latch(left);
+            crate::runtime::clock::wait_on_latch(left);
         }
     }
     fn check_interrupts(&self) {
@@ -38,7 +41,9 @@ fn random() -> i64 {
     static mut STATE: u64 = 0;
     unsafe {
         if STATE == 0 {
-            STATE = (pgrx::pg_sys::MyProcPid as u64) << 32 ^ crate::clock::unix_us() as u64 | 1;
+            STATE = (pgrx::pg_sys::MyProcPid as u64) << 32
+                ^ crate::runtime::clock::unix_us() as u64
+                | 1;
         }
         STATE ^= STATE << 13;
         STATE ^= STATE >> 7;
@@ -57,7 +62,7 @@ pub fn epoch() -> i64 {
 /// Validate the epoch setting at server start.
 pub fn check_epoch() -> Result<i64, String> {
     let epoch = settings::epoch_ms()?;
-    let now = crate::clock::unix_ms();
+    let now = crate::runtime::clock::unix_ms();
     if epoch < 0 || epoch > now {
         return Err(format!(
             "leaf_id.epoch_ms = {epoch} is in the future or negative"
@@ -221,7 +226,7 @@ fn leaf_snowflake_decode_epoch(
 }
 
 fn decode_with(id: i64, epoch_ms: i64) -> (TimestampWithTimeZone, i32, i32) {
-    if !(0..=crate::clock::unix_ms() + MAX_TIMESTAMP).contains(&epoch_ms) {
+    if !(0..=crate::runtime::clock::unix_ms() + MAX_TIMESTAMP).contains(&epoch_ms) {
         raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
             format!("epoch_ms {epoch_ms} is not a Unix millisecond a snowflake epoch can have"),

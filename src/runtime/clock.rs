@@ -1,4 +1,5 @@
 //! The real clock, and Unix times as Postgres timestamps.
+//! Must not decide what a clock step means (the generator's rules do).
 
 use pgrx::prelude::*;
 

@@ -1,5 +1,6 @@
 //! Functions that the worker's guarded UPDATEs call to refuse a row that is
 //! not as the worker read it.
+//! Must not read or write anything: they only raise.
 //!
 //! On a Citus reference table an UPDATE runs on every copy of the table, but
 //! its row count and RETURNING come from one copy only. A WHERE clause that

@@ -11,92 +11,21 @@
 //! `leaf_id.worker_idle_timeout` without work (a connected worker blocks
 //! DROP DATABASE, CREATE DATABASE ... TEMPLATE and ALTER DATABASE ...
 //! RENAME); the next call that needs it starts it again. This file only
-//! schedules: the jobs live with their mode (`segment_worker`,
-//! `snowflake_worker`), the session and transaction handling in
-//! `transaction`.
+//! schedules: the jobs live with their mode (`segment::jobs`,
+//! `snowflake::jobs`), the session and transaction handling in
+//! `runtime::transaction`. It is the only module that knows both modes'
+//! jobs, and nothing imports it.
 
-use crate::segment_worker::SegmentJobs;
-use crate::shmem::{Role, Shared, SnowflakeState, shared};
-use crate::snowflake_worker::SnowflakeJobs;
-use crate::transaction::{self, EXTENSION_GONE, JobError, in_transaction};
-use pgrx::bgworkers::{
-    BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
-};
+use crate::runtime::bgworker::{WorkerContext, pack, postgres_die, unpack};
+use crate::runtime::shmem::{Role, SnowflakeState, shared};
+use crate::runtime::transaction::{self, in_transaction};
+use crate::segment::jobs::SegmentJobs;
+use crate::snowflake::jobs::SnowflakeJobs;
+use pgrx::bgworkers::{BackgroundWorker, SignalWakeFlags};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
-
-/// Two numbers in one Datum: a background worker's argument (and its exit
-/// callback's), such as a database and a mode.
-pub(crate) fn pack_pair(low: u32, high: u32) -> pg_sys::Datum {
-    pg_sys::Datum::from((low as u64) | ((high as u64) << 32))
-}
-
-pub(crate) fn unpack_pair(arg: pg_sys::Datum) -> (u32, u32) {
-    let v = arg.value() as u64;
-    (v as u32, (v >> 32) as u32)
-}
-
-/// The worker's argument: its database (an OID or a slot index) and its mode.
-fn pack(what: u32, role: Role) -> pg_sys::Datum {
-    pack_pair(what, role as u32)
-}
-
-fn unpack(arg: pg_sys::Datum) -> (u32, Role) {
-    let (what, role) = unpack_pair(arg);
-    (what, Role::from_index(role as usize))
-}
-
-/// Register a dynamic background worker of this mode for the database.
-/// False if Postgres has no free worker slot.
-pub fn start_dynamic(dboid: u32, role: Role) -> bool {
-    BackgroundWorkerBuilder::new(&format!("{} for database {dboid}", role.backend_type()))
-        .set_type(role.backend_type())
-        .set_library("leaf_id")
-        .set_function("leaf_id_worker_main")
-        .set_argument(Some(pack(dboid, role)))
-        .enable_spi_access()
-        .set_start_time(BgWorkerStartTime::RecoveryFinished)
-        .set_restart_time(None)
-        .load_dynamic()
-        .is_ok()
-}
-
-/// What every job of the worker needs: shared memory, its database, and
-/// whether it should stop.
-pub struct WorkerContext {
-    pub sh: &'static Shared,
-    pub db: usize,
-    pub dboid: u32,
-    pub role: Role,
-    extension_gone: bool,
-    /// a job left work for the next round (no sleep before it)
-    pub more_work: bool,
-}
-
-impl WorkerContext {
-    /// Look at a job's error: a dropped extension ends the worker.
-    pub fn note(&mut self, e: &JobError) {
-        if e.message == EXTENSION_GONE {
-            self.extension_gone = true;
-        }
-    }
-
-    /// Was the worker told to terminate (SIGTERM: shutdown, or
-    /// pg_terminate_backend)? (A commit whose wait for a synchronous standby
-    /// the signal cut short is refused by `in_transaction`.)
-    pub fn stopping(&self) -> bool {
-        unsafe { (&raw const pg_sys::ProcDiePending).read_volatile() != 0 }
-    }
-}
-
-unsafe extern "C-unwind" {
-    /// PostgreSQL's own SIGTERM handler of backends (pgrx wraps `pg_sys::die`
-    /// in a Rust function; a signal handler needs the C symbol).
-    #[link_name = "die"]
-    pub(crate) fn postgres_die(signo: std::ffi::c_int);
-}
 
 #[pg_guard]
 unsafe extern "C-unwind" fn detach(_code: i32, arg: pg_sys::Datum) {
@@ -110,7 +39,7 @@ unsafe extern "C-unwind" fn detach(_code: i32, arg: pg_sys::Datum) {
             Role::Snowflake => {
                 // no renewals without a worker: nothing more is issued, and
                 // the next worker claims again
-                db.generator.close(crate::snowflake_api::epoch());
+                db.generator.close(crate::snowflake::sql::epoch());
                 if db.snowflake_state.load(SeqCst) == SnowflakeState::Ready as u32 {
                     db.snowflake_state
                         .store(SnowflakeState::NotRequested as u32, SeqCst);
@@ -268,7 +197,7 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
         // not pgrx's wait_latch, which processes interrupts: a SIGTERM must
         // reach the loop, which closes the generator and persists its last
         // millisecond first
-        crate::clock::wait_on_latch(timeout);
+        crate::runtime::clock::wait_on_latch(timeout);
     }
 }
 
@@ -288,7 +217,7 @@ enum Jobs {
 fn close_for_exit(ctx: &WorkerContext, release_token: bool) {
     if ctx.role == Role::Snowflake {
         unsafe { pg_sys::InterruptHoldoffCount += 1 };
-        crate::snowflake_worker::close_and_persist(ctx.db, release_token);
+        crate::snowflake::lease_close::close_and_persist(ctx.db, release_token);
     }
 }
 

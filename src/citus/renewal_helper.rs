@@ -1,5 +1,5 @@
 //! Short-lived helper processes that write the other nodes' copies of
-//! `leaf_worker` for a snowflake renewal on Citus (`citus_copies`).
+//! `leaf_worker` for a snowflake renewal on Citus (`citus::copies`).
 //!
 //! Citus reads a remote answer without a timeout, and its cancel is libpq's
 //! blocking `PQcancel`: a statement that is running on a node at the
@@ -12,90 +12,18 @@
 //! its slot, and that copy counts as missed until the helper returns; the
 //! worker goes on with the others (a majority is enough).
 
-use crate::shmem::{Role, shared};
-use crate::worker::{pack_pair, unpack_pair};
+use crate::runtime::bgworker::{pack_pair, postgres_die, unpack_pair};
+use crate::runtime::copy_slot::{
+    MAX_OTHER_COPIES, STARTING, read_text, write_text, write_truncated,
+};
+use crate::runtime::shmem::{Role, shared};
 use pgrx::bgworkers::{
     BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
 };
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
-
-/// Other copies a renewal writes through helpers; beyond that count a copy
-/// is not written (and not counted).
-pub const MAX_OTHER_COPIES: usize = 16;
-const HOST_BYTES: usize = 256;
-const COMMAND_BYTES: usize = 4096;
-const ANSWER_BYTES: usize = 512;
-/// A helper registered but not started after this long is given up.
-const START_GRACE_MS: i64 = 10_000;
-/// `pid` of a slot whose helper is registered but has not started yet.
-const STARTING: i32 = -1;
-
-/// One other copy's slot: the request the snowflake worker posts, and the
-/// helper's answer. Zeroed memory is an idle slot.
-#[repr(C)]
-pub struct CopySlot {
-    /// The helper's pid while it runs, STARTING before, 0 when none runs.
-    pid: AtomicI32,
-    /// Unix ms when the worker registered the helper.
-    registered_at: AtomicI64,
-    /// The request number the slot holds, and the last one answered.
-    asked: AtomicU64,
-    answered: AtomicU64,
-    /// 1 when the statement succeeded.
-    success: AtomicU32,
-    port: AtomicI32,
-    host_len: AtomicU32,
-    host: UnsafeCell<[u8; HOST_BYTES]>,
-    command_len: AtomicU32,
-    command: UnsafeCell<[u8; COMMAND_BYTES]>,
-    answer_len: AtomicU32,
-    answer: UnsafeCell<[u8; ANSWER_BYTES]>,
-}
-
-fn write_text<const N: usize>(buf: &UnsafeCell<[u8; N]>, len: &AtomicU32, s: &str) -> bool {
-    if s.len() > N {
-        return false;
-    }
-    unsafe { (&mut *buf.get())[..s.len()].copy_from_slice(s.as_bytes()) };
-    len.store(s.len() as u32, SeqCst);
-    true
-}
-
-fn write_truncated<const N: usize>(buf: &UnsafeCell<[u8; N]>, len: &AtomicU32, s: &str) {
-    let mut end = s.len().min(N);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    write_text(buf, len, &s[..end]);
-}
-
-fn read_text<const N: usize>(buf: &UnsafeCell<[u8; N]>, len: &AtomicU32) -> String {
-    let n = (len.load(SeqCst) as usize).min(N);
-    unsafe { String::from_utf8_lossy(&(&*buf.get())[..n]).into_owned() }
-}
-
-impl CopySlot {
-    /// Free for a new request? A helper that never started is given up.
-    fn free(&self) -> bool {
-        match self.pid.load(SeqCst) {
-            0 => true,
-            // a compare-and-swap: a helper that starts at this instant stores
-            // its pid first, and its slot is then not given to another
-            STARTING
-                if crate::clock::unix_ms() - self.registered_at.load(SeqCst) > START_GRACE_MS =>
-            {
-                self.pid
-                    .compare_exchange(STARTING, 0, SeqCst, SeqCst)
-                    .is_ok()
-            }
-            _ => false,
-        }
-    }
-}
 
 /// Run `command` on every node of `others` (host, port), each through a
 /// helper of its own, and wait for the answers until `wait` has passed: per
@@ -133,7 +61,8 @@ pub fn run_on_others(
         slot.port.store(*port, SeqCst);
         let request = slot.asked.load(SeqCst) + 1;
         slot.asked.store(request, SeqCst);
-        slot.registered_at.store(crate::clock::unix_ms(), SeqCst);
+        slot.registered_at
+            .store(crate::runtime::clock::unix_ms(), SeqCst);
         slot.pid.store(STARTING, SeqCst);
         let started = BackgroundWorkerBuilder::new("leaf_id renewal helper")
             .set_type("leaf_id renewal helper")
@@ -164,7 +93,7 @@ pub fn run_on_others(
         if pending == 0 || stopping || Instant::now() >= deadline {
             break;
         }
-        crate::clock::wait_on_latch(
+        crate::runtime::clock::wait_on_latch(
             deadline
                 .saturating_duration_since(Instant::now())
                 .min(Duration::from_millis(50)),
@@ -211,7 +140,7 @@ pub extern "C-unwind" fn leaf_id_renewal_helper_main(arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP);
     unsafe {
         // SIGTERM as for a backend (shutdown): the wait for an answer ends
-        pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(crate::worker::postgres_die));
+        pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(postgres_die));
     }
     let Some(sh) = shared() else { return };
     let Some(slot) = sh.db(db).copy_slots().get(s) else {
@@ -229,12 +158,12 @@ pub extern "C-unwind" fn leaf_id_renewal_helper_main(arg: pg_sys::Datum) {
     unsafe { pg_sys::on_shmem_exit(Some(helper_exit), arg) };
     let dboid = sh.db(db).dboid.load(SeqCst);
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(dboid)), None);
-    crate::transaction::harden_session();
+    crate::runtime::transaction::harden_session();
     let request = slot.asked.load(SeqCst);
     let host = read_text(&slot.host, &slot.host_len);
     let port = slot.port.load(SeqCst);
     let command = read_text(&slot.command, &slot.command_len);
-    let result = crate::transaction::in_transaction(|_schema| {
+    let result = crate::runtime::transaction::in_transaction(|_schema| {
         pgrx::spi::Spi::connect_mut(|client| {
             let row = client
                 .update(
@@ -246,14 +175,14 @@ pub extern "C-unwind" fn leaf_id_renewal_helper_main(arg: pg_sys::Datum) {
                         vec![command.clone()].into(),
                     ],
                 )
-                .map_err(crate::transaction::spi_err)?
+                .map_err(crate::runtime::job::spi_err)?
                 .first();
             Ok((
                 row.get::<bool>(1)
-                    .map_err(crate::transaction::spi_err)?
+                    .map_err(crate::runtime::job::spi_err)?
                     .unwrap_or(false),
                 row.get::<String>(2)
-                    .map_err(crate::transaction::spi_err)?
+                    .map_err(crate::runtime::job::spi_err)?
                     .unwrap_or_default(),
             ))
         })

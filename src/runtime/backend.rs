@@ -1,9 +1,9 @@
 //! What a calling backend does around the lock-free hot paths: find its
 //! database's slot, start the database's worker, and wait (bounded) for it.
+//! Must not run SQL or change a table: anything that talks to the database is the worker's.
 
 use crate::errors::raise;
-use crate::shmem::{Role, Shared};
-use crate::worker;
+use crate::runtime::shmem::{Role, Shared};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::sync::atomic::Ordering::SeqCst;
@@ -75,7 +75,7 @@ pub fn ensure_worker(sh: &Shared, db: usize, role: Role) {
         sh.wake_worker(db, role);
         return;
     }
-    let now = crate::clock::unix_ms();
+    let now = crate::runtime::clock::unix_ms();
     {
         let _g = sh.lock_global();
         if worker.pid.load(SeqCst) != 0 {
@@ -95,9 +95,9 @@ pub fn ensure_worker(sh: &Shared, db: usize, role: Role) {
     let started = (0..START_ATTEMPTS).any(|attempt| {
         if attempt > 0 {
             pgrx::check_for_interrupts!();
-            crate::clock::wait_on_latch(Duration::from_millis(20));
+            crate::runtime::clock::wait_on_latch(Duration::from_millis(20));
         }
-        let started = worker::start_dynamic(my_dboid(), role);
+        let started = crate::runtime::bgworker::start_dynamic(my_dboid(), role);
         if started && attempt > 0 {
             pgrx::log!(
                 "leaf_id: started the {} at attempt {} (no background worker slot was free before)",
@@ -157,8 +157,22 @@ pub fn end_wait() {
     unsafe { pg_sys::ConditionVariableCancelSleep() };
 }
 
+/// The shared region, or a clear error when the library was not preloaded.
+pub fn shared_or_raise() -> &'static crate::runtime::shmem::Shared {
+    match crate::runtime::shmem::shared() {
+        Some(s) => s,
+        None => crate::errors::raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "leaf_id is not loaded through shared_preload_libraries",
+            Some(
+                "Add leaf_id to shared_preload_libraries in postgresql.conf and restart the server.",
+            ),
+        ),
+    }
+}
+
 pub fn shared_db() -> (&'static Shared, usize) {
-    let sh = crate::errors::shared_or_raise();
+    let sh = shared_or_raise();
     let db = my_db_slot(sh);
     (sh, db)
 }

@@ -1,4 +1,5 @@
 //! The owner token file: Leaf's local worker-id file, made safe for copies.
+//! Plain files only: must not touch shared memory or run SQL (`shmem` calls it).
 //!
 //! Each server lifetime holds its snowflake worker id under an owner token
 //! (`shmem`). A restart of the *same* data directory may keep the token of
@@ -219,9 +220,8 @@ pub fn token_for_this_lifetime(
     let written = write_durably(data_dir, &format(token, &id, nonce))
         .map_err(|e| format!("could not write {FILE_NAME}: {e}"))
         .and_then(|()| {
-            write_record(&id, nonce).map_err(|e| {
-                format!("could not write {}: {e}", record_path(&id).display())
-            })
+            write_record(&id, nonce)
+                .map_err(|e| format!("could not write {}: {e}", record_path(&id).display()))
         });
     match written {
         Ok(()) => (token, Ok(kept.is_some())),
@@ -245,7 +245,10 @@ mod tests {
 
     #[test]
     fn the_same_data_directory_in_the_same_boot_keeps_its_token() {
-        assert_eq!(inherited_token(&format(42, &id(), 9), &id(), Some(9)), Some(42));
+        assert_eq!(
+            inherited_token(&format(42, &id(), 9), &id(), Some(9)),
+            Some(42)
+        );
     }
 
     #[test]

@@ -1,11 +1,12 @@
 //! SQL surface of segment mode: `leaf_segment_next(tag)` and
 //! `leaf_segment_status()`.
+//! Must not run SQL or wait beyond `leaf_id.refill_timeout`: refills are the worker's.
 
-use crate::backend::{self, Deadline};
-use crate::clock::tstz_from_unix_us;
 use crate::errors::{raise, raise_recorded, require_writable};
+use crate::runtime::backend::{self, Deadline};
+use crate::runtime::clock::tstz_from_unix_us;
+use crate::runtime::shmem::{Role, Shared, TAG_MAX_CHARS, TagStatus};
 use crate::segment::buffer::{SlowPath, TakeMany};
-use crate::shmem::{Role, Shared, TAG_MAX_CHARS, TagStatus};
 use pgrx::prelude::*;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -272,7 +273,7 @@ fn leaf_segment_status() -> TableIterator<
         name!(last_refill, Option<TimestampWithTimeZone>),
     ),
 > {
-    let sh = crate::errors::shared_or_raise();
+    let sh = crate::runtime::backend::shared_or_raise();
     let dboid = backend::my_dboid();
     let mut rows = Vec::new();
     for i in 0..sh.n_tags() {
@@ -308,36 +309,6 @@ fn leaf_segment_status() -> TableIterator<
     TableIterator::new(rows)
 }
 
-/// Remove the database's segment reserve file and its record (without the
-/// record no older write of the file is used). The reset is counted before
-/// and after (`DbSlot::reserve_resets`), so that a worker that read the file
-/// before or meanwhile never uses it or writes it back.
-fn drop_reserve_file(sh: &crate::shmem::Shared, dboid: u32) {
-    let counter = sh.db_slot(dboid).map(|db| &sh.db(db).reserve_resets);
-    if let Some(c) = counter {
-        c.fetch_add(1, SeqCst);
-    }
-    let dir = crate::shmem::data_dir();
-    let file = dir.join(crate::segment::reserve::file_name(dboid));
-    let removed = crate::shmem::boot_record(&format!("reserve{dboid}"))
-        .map_or(Ok(()), |r| r.remove())
-        .and_then(|()| match std::fs::remove_file(&file) {
-            Ok(()) => std::fs::File::open(&dir).and_then(|d| d.sync_all()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e),
-        });
-    if let Some(c) = counter {
-        c.fetch_add(1, SeqCst);
-    }
-    if let Err(e) = removed {
-        crate::errors::raise(
-            PgSqlErrorCode::ERRCODE_IO_ERROR,
-            format!("could not remove the segment reserve file {}: {e}", file.display()),
-            None,
-        );
-    }
-}
-
 /// Run by CREATE EXTENSION (sql/finish.sql): a database that had leaf_id
 /// before, dropped and created again within one server lifetime, must not
 /// hand out segments cached from the dropped `leaf_alloc` (the new table
@@ -355,20 +326,24 @@ fn leaf_id_reset_cache() {
             Some("Only superusers may reset leaf_id's cache."),
         );
     }
-    let Some(sh) = crate::shmem::shared() else {
+    let Some(sh) = crate::runtime::shmem::shared() else {
         return;
     };
     let dboid = backend::my_dboid();
-    drop_reserve_file(sh, dboid);
+    crate::segment::reserve_file::remove_for_reset(sh, dboid);
     sh.free_tags_of(dboid);
     SLOT_CACHE.with(|c| c.borrow_mut().clear());
     LAST_TAG.with(|l| *l.borrow_mut() = None);
     if let Some(db) = (0..sh.n_dbs()).find(|&d| sh.db(d).dboid.load(SeqCst) == dboid) {
         let slot = sh.db(db);
-        if slot.snowflake_state.load(SeqCst) != crate::shmem::SnowflakeState::NotRequested as u32 {
-            slot.snowflake_state
-                .store(crate::shmem::SnowflakeState::Requested as u32, SeqCst);
-            sh.wake_worker(db, crate::shmem::Role::Snowflake);
+        if slot.snowflake_state.load(SeqCst)
+            != crate::runtime::shmem::SnowflakeState::NotRequested as u32
+        {
+            slot.snowflake_state.store(
+                crate::runtime::shmem::SnowflakeState::Requested as u32,
+                SeqCst,
+            );
+            sh.wake_worker(db, crate::runtime::shmem::Role::Snowflake);
         }
     }
 }

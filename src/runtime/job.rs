@@ -1,0 +1,53 @@
+//! A worker job's error: its SQLSTATE and message, handed to the callers
+//! that wait for the job (recorded in shared memory by the worker loop).
+//! Owns only the error type and its conversions; it runs nothing.
+
+use crate::errors::code_of;
+use pgrx::prelude::*;
+
+/// An error from a job, handed to the callers waiting for it.
+#[derive(Debug)]
+pub struct JobError {
+    pub sqlstate: i32,
+    pub message: String,
+}
+
+impl JobError {
+    pub(crate) fn new(code: PgSqlErrorCode, message: impl Into<String>) -> JobError {
+        JobError {
+            sqlstate: code_of(code),
+            message: message.into(),
+        }
+    }
+
+    /// Class 08: a connection (on Citus, to another node) failed.
+    pub(crate) fn is_connection_exception(&self) -> bool {
+        self.sqlstate & ((1 << 12) - 1) == code_of(PgSqlErrorCode::ERRCODE_CONNECTION_EXCEPTION)
+    }
+}
+
+pub(crate) fn spi_err(e: pgrx::spi::SpiError) -> JobError {
+    JobError::new(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string())
+}
+
+/// A job's error from a statement that could not reach another server
+/// (SQLSTATE class 08): on Citus, a node holding a copy of a reference table
+/// is down, and every write to the table needs every active node holding a
+/// copy. Says which job failed and what the operator can do, before the
+/// first line of the original message (the recorded message is cut at 256
+/// bytes); the SQLSTATE stays. Other errors pass unchanged.
+pub(crate) fn explain_unreachable(e: JobError, job: &str, table: &str) -> JobError {
+    if !e.is_connection_exception() {
+        return e;
+    }
+    let cause = e.message.lines().next().unwrap_or("").trim_end();
+    JobError {
+        sqlstate: e.sqlstate,
+        message: format!(
+            "leaf_id could not {job}: a node with a copy of {table} is unreachable; \
+             start it, or run citus_disable_node for it: {cause}"
+        ),
+    }
+}
+
+pub const EXTENSION_GONE: &str = "extension leaf_id is not installed in this database";

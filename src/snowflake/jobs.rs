@@ -1,0 +1,135 @@
+//! The snowflake worker's jobs: claim when asked (`lease_claim`), renew the
+//! lease every heartbeat (`lease_renew`), close before a re-claim
+//! (`lease_close`), and tell waiting callers. Owns the scheduling only.
+
+use crate::errors::code_of;
+use crate::runtime::bgworker::WorkerContext;
+use crate::runtime::job::explain_unreachable;
+use crate::runtime::shmem::SnowflakeState;
+use crate::runtime::transaction::in_transaction;
+use crate::settings;
+use crate::snowflake::lease_claim::{claim, configured_worker_id, publish_claim};
+use crate::snowflake::lease_close::close_and_persist;
+use crate::snowflake::lease_renew::renew;
+use pgrx::prelude::*;
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::{Duration, Instant};
+
+/// The worker's snowflake jobs.
+pub struct SnowflakeJobs {
+    last_heartbeat: Option<Instant>,
+    /// (worker id setting, node name) of the last claim: a reload that
+    /// changes either makes the worker claim again
+    claimed_with: Option<(Option<i64>, String)>,
+}
+
+impl SnowflakeJobs {
+    pub fn new() -> SnowflakeJobs {
+        SnowflakeJobs {
+            last_heartbeat: None,
+            claimed_with: None,
+        }
+    }
+
+    /// After a reload: `leaf_id.worker_id` and `leaf_id.node_name` take
+    /// effect now, by a re-claim (the generator is closed first).
+    pub fn settings_reloaded(&mut self, ctx: &WorkerContext) {
+        let slot = ctx.sh.db(ctx.db);
+        let now = (configured_worker_id(), settings::node_name());
+        if self.claimed_with.as_ref().is_some_and(|c| *c != now)
+            && slot.snowflake_state.load(SeqCst) == SnowflakeState::Ready as u32
+        {
+            pgrx::log!("leaf_id: snowflake worker id or node name changed: claiming again");
+            slot.snowflake_state
+                .store(SnowflakeState::Requested as u32, SeqCst);
+        }
+    }
+
+    pub fn run(&mut self, ctx: &mut WorkerContext) {
+        let sh = ctx.sh;
+        let slot = sh.db(ctx.db);
+        let state = slot.snowflake_state.load(SeqCst);
+        if state == SnowflakeState::Requested as u32 {
+            // nothing may be issued while the claim changes the generator
+            if !slot.generator.is_closed() {
+                close_and_persist(ctx.db, true);
+            }
+            slot.generator.close(crate::snowflake::sql::epoch());
+            let db = ctx.db;
+            let result = in_transaction(|schema| claim(schema, db))
+                .map_err(|e| explain_unreachable(e, "claim a snowflake worker id", "leaf_worker"))
+                .and_then(|c| publish_claim(db, &c).map(|()| c));
+            let _g = sh.lock_db(ctx.db);
+            match result {
+                Ok(claimed) => {
+                    self.claimed_with = Some((claimed.configured, claimed.node.clone()));
+                    slot.snowflake_state
+                        .store(SnowflakeState::Ready as u32, SeqCst);
+                    self.last_heartbeat = Some(Instant::now());
+                }
+                Err(e) => {
+                    ctx.note(&e);
+                    slot.error.set(e.sqlstate, &e.message);
+                    slot.snowflake_state
+                        .store(SnowflakeState::Failed as u32, SeqCst);
+                    pgrx::warning!("leaf_id: snowflake worker id claim failed: {}", e.message);
+                }
+            }
+            drop(_g);
+            sh.broadcast(ctx.db);
+        } else if state == SnowflakeState::Ready as u32 {
+            let due = self.last_heartbeat.is_none_or(|t| {
+                t.elapsed() >= Duration::from_millis(settings::HEARTBEAT_INTERVAL.get() as u64)
+            });
+            // clear the request either way: this renewal serves it
+            let wanted = slot.snowflake_lease_wanted.swap(false, SeqCst);
+            if due || wanted {
+                self.last_heartbeat = Some(Instant::now());
+                let db = ctx.db;
+                let renewed = in_transaction(|schema| renew(schema, db)).map_err(|e| {
+                    explain_unreachable(e, "renew the snowflake lease", "leaf_worker")
+                });
+                match renewed {
+                    // in_transaction refuses a commit that a synchronous
+                    // standby has not confirmed
+                    Ok(mark) => {
+                        // noted before the generator may issue up to it
+                        sh.note_worker_id_lease(
+                            slot.generator.worker_id(),
+                            slot.dboid.load(SeqCst),
+                            mark,
+                        );
+                        slot.generator.lease_ms.store(mark, SeqCst)
+                    }
+                    Err(e) => {
+                        ctx.note(&e);
+                        let _g = sh.lock_db(ctx.db);
+                        slot.error.set(e.sqlstate, &e.message);
+                        pgrx::warning!(
+                            "leaf_id: snowflake high-water mark renewal failed: {}",
+                            e.message
+                        );
+                        if e.sqlstate == code_of(PgSqlErrorCode::ERRCODE_OBJECT_IN_USE) {
+                            // the row is no longer ours (released, or taken
+                            // over after our lease ran out): claim again;
+                            // the generator is closed first
+                            slot.snowflake_state
+                                .store(SnowflakeState::Requested as u32, SeqCst);
+                        }
+                    }
+                }
+                sh.broadcast(ctx.db);
+            }
+        }
+    }
+
+    /// How long the worker may sleep before the next renewal.
+    pub fn timeout(&self, ctx: &WorkerContext) -> Option<Duration> {
+        (ctx.sh.db(ctx.db).snowflake_state.load(SeqCst) == SnowflakeState::Ready as u32).then(
+            || {
+                Duration::from_millis(settings::HEARTBEAT_INTERVAL.get() as u64 / 2)
+                    .max(Duration::from_millis(5))
+            },
+        )
+    }
+}

@@ -1,0 +1,111 @@
+//! Closing a snowflake generator on the worker's exit or before a re-claim:
+//! nothing more is issued, and the row's mark is lowered to the exact last
+//! issued millisecond (never below what someone else persisted).
+
+use crate::runtime::job::spi_err;
+use crate::runtime::shmem::shared;
+use crate::runtime::transaction::in_transaction;
+use crate::runtime::worker_sql::{self as sql, Table};
+use pgrx::spi::Spi;
+use std::sync::atomic::Ordering::SeqCst;
+
+/// `close_and_persist` left the row as it was (on Citus, at an exit).
+pub(crate) const SKIPPED_ON_CITUS: i64 = i64::MIN;
+
+/// Close the generator and persist the exact last issued millisecond instead
+/// of the lease, so that after a clean restart IDs are not refused while the
+/// clock catches up with a mark set ahead of it. The row keeps a mark that
+/// someone else raised above our lease. If this fails, the lease stays
+/// persisted: safe. Runs on the worker's exit and before every re-claim.
+/// `release_token`: the row's owner token goes too (a shutdown, a re-claim);
+/// an idle exit keeps it, so that the next worker of this lifetime needs no
+/// write of every Citus copy to take the row back.
+pub fn close_and_persist(db: usize, release_token: bool) {
+    let slot = shared().expect("shared memory").db(db);
+    let epoch = crate::snowflake::sql::epoch();
+    // after this no ID can be issued with a later millisecond
+    let last = slot.generator.close(epoch).unwrap_or(0);
+    if slot.worker_id.load(SeqCst) < 0 || slot.generator.lease_ms.load(SeqCst) == 0 {
+        return; // never claimed in this lifetime
+    }
+    let lease = slot.generator.lease_ms.load(SeqCst);
+    let mark = last.max(slot.generator.floor_ms.load(SeqCst));
+    let worker_id = slot.generator.worker_id();
+    // closed: another database of this server that takes the id next starts
+    // above what was issued, not above the whole lease
+    shared().expect("shared memory").note_worker_id_closed(
+        worker_id,
+        slot.dboid.load(SeqCst),
+        mark,
+    );
+    let node = slot.node_name();
+    let token = shared().expect("shared memory").owner_token();
+    let result = in_transaction(|schema| {
+        if crate::runtime::transaction::catalog_is_legacy() {
+            return Err(crate::runtime::transaction::needs_current_catalog(
+                "snowflake mode",
+            ));
+        }
+        Spi::connect_mut(|client| {
+            if crate::runtime::transaction::cancel_held_off()
+                && crate::citus::copies::is_citus_table(client, schema, Table::Worker)?
+            {
+                // Citus ends a distributed statement silently, with only this
+                // node's copy written, when a cancel or terminate is pending
+                // while interrupts are held (as on this exit): the copies
+                // would disagree on the token. The row keeps its lease
+                // instead; a restart of this data directory keeps the token
+                // (owner_file) and goes on above that lease.
+                return Ok(Some(SKIPPED_ON_CITUS));
+            }
+            client
+                .update(
+                    // on a shutdown the owner token goes too: a restart
+                    // takes the row back at once, and so may a copy
+                    &sql::worker_close(schema),
+                    None,
+                    &[
+                        mark.into(),
+                        (worker_id as i32).into(),
+                        node.as_str().into(),
+                        epoch.into(),
+                        lease.into(),
+                        token.into(),
+                        release_token.into(),
+                    ],
+                )
+                .map_err(spi_err)
+                .map(|t| {
+                    if t.len() != 1 {
+                        None
+                    } else {
+                        t.first().get::<i64>(1).ok().flatten()
+                    }
+                })
+        })
+    });
+    match result {
+        Ok(Some(SKIPPED_ON_CITUS)) => pgrx::log!(
+            "leaf_id: snowflake worker id {} closed; its leaf_worker row keeps its lease (a shutdown cannot write every Citus copy)",
+            worker_id
+        ),
+        Ok(Some(written)) if written >= mark => {
+            // the lease follows the row down: a reopen must renew first
+            slot.generator.lease_ms.store(written.min(lease), SeqCst);
+            pgrx::log!(
+                "leaf_id: snowflake worker id {} closed at {}",
+                worker_id,
+                written
+            );
+        }
+        Ok(_) => pgrx::warning!(
+            "leaf_id: could not persist the last snowflake millisecond: the leaf_worker row of worker id {} for node \"{}\" is gone or was changed; it keeps its earlier mark",
+            worker_id,
+            node
+        ),
+        Err(e) => pgrx::warning!(
+            "leaf_id: could not persist the last snowflake millisecond: {}",
+            e.message
+        ),
+    }
+}

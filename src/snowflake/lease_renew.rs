@@ -1,0 +1,118 @@
+//! Renewing a snowflake lease: write the mark (the last millisecond the
+//! generator may issue) to the worker id's row, every copy checked (on
+//! Citus copy by copy, a majority enough). Used by the claim, the heartbeat
+//! and the close.
+
+use crate::runtime::clock::clock_ms;
+use crate::runtime::job::{JobError, spi_err};
+use crate::runtime::shmem::shared;
+use crate::runtime::worker_sql::{self as sql, Schema};
+use crate::settings;
+use pgrx::prelude::*;
+use pgrx::spi::Spi;
+use std::sync::atomic::Ordering::SeqCst;
+
+/// `leaf_id.lease_ahead` must exceed `leaf_id.heartbeat_interval`, or the
+/// lease runs out between renewals and IDs stop.
+pub(crate) fn lease_ahead() -> Result<i64, JobError> {
+    let (ahead, beat) = (
+        settings::LEASE_AHEAD.get(),
+        settings::HEARTBEAT_INTERVAL.get(),
+    );
+    if ahead <= beat {
+        return Err(JobError::new(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!(
+                "leaf_id.lease_ahead ({ahead} ms) must be greater than leaf_id.heartbeat_interval ({beat} ms)"
+            ),
+        ));
+    }
+    Ok(ahead as i64)
+}
+
+/// Write the mark; the generator may use it only after the commit. Returns
+/// the row's mark after the update (never below `mark`). Every copy of the
+/// row must still be this server's (node name and owner token), or the
+/// statement fails (`citus::guard`). On Citus, unless `through_citus`, the copies
+/// are written one by one and a majority is enough (`snowflake::quorum`), so
+/// that one node down does not stop the others.
+pub(crate) fn persist(
+    db: usize,
+    schema: &Schema,
+    worker_id: i64,
+    node: &str,
+    mark: i64,
+    through_citus: bool,
+) -> Result<i64, JobError> {
+    if crate::runtime::transaction::catalog_is_legacy() {
+        return Err(crate::runtime::transaction::needs_current_catalog(
+            "snowflake mode",
+        ));
+    }
+    let token = shared().expect("shared memory").owner_token();
+    if !through_citus {
+        let renewed = Spi::connect_mut(|client| {
+            let Some(copies) = crate::citus::copies::of_worker_registry(client, schema)? else {
+                return Ok(false);
+            };
+            crate::citus::copies::renew_on_majority(
+                client,
+                db,
+                schema,
+                &copies,
+                worker_id,
+                node,
+                token,
+                mark,
+                crate::snowflake::sql::epoch(),
+                crate::runtime::transaction::citus_connect_timeout_ms(),
+            )
+            .map(|()| true)
+        })?;
+        if renewed {
+            return Ok(mark);
+        }
+    }
+    let updated = Spi::connect_mut(|client| {
+        client
+            .update(
+                &sql::worker_renew(schema),
+                None,
+                &[
+                    mark.into(),
+                    (worker_id as i32).into(),
+                    node.into(),
+                    crate::snowflake::sql::epoch().into(),
+                    token.into(),
+                ],
+            )
+            .map_err(spi_err)
+            .map(|t| {
+                if t.len() != 1 {
+                    None
+                } else {
+                    t.first().get::<i64>(1).ok().flatten()
+                }
+            })
+    })?;
+    match updated {
+        Some(m) if m >= mark => Ok(m),
+        _ => Err(JobError::new(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!(
+                "could not persist the snowflake high-water mark: the leaf_worker row of worker id {worker_id} for node \"{node}\" is gone or a trigger changed the update"
+            ),
+        )),
+    }
+}
+
+/// Renew the mark with the claimed worker id and node name (settings changed
+/// since take effect at the next claim): the commit happens in the caller
+/// (`in_transaction`), the mark is used only after it.
+pub(crate) fn renew(schema: &Schema, db: usize) -> Result<i64, JobError> {
+    let slot = shared().expect("shared memory").db(db);
+    let worker_id = slot.generator.worker_id();
+    // never below the current lease: the row must cover what may be issued
+    let mark = (clock_ms() + lease_ahead()?).max(slot.generator.lease_ms.load(SeqCst));
+    persist(db, schema, worker_id, &slot.node_name(), mark, false)
+}
