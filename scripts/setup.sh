@@ -3,6 +3,7 @@
 # PostgreSQL 15 and its server headers, clang (for pgrx), Perl's IPC::Run (TAP
 # tests), sudo (cargo pgrx test --runas), dpkg-dev (scripts/package.sh),
 # psycopg 3, psycopg2 and SQLAlchemy for Debian's python3 (examples/python),
+# pip for it (Django 5.2 goes into target/pydeps, scripts/test-examples.sh),
 # cargo-pgrx 0.18.1, and registers the system PostgreSQL with pgrx.
 # Arguments: more Debian packages to install (e.g. python3-matplotlib for
 # scripts/bench.sh).
@@ -31,7 +32,7 @@ fi
 
 need_pkgs=()
 for p in postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang libipc-run-perl sudo pkg-config make \
-  dpkg-dev python3-psycopg python3-psycopg2 python3-sqlalchemy "$@"; do
+  dpkg-dev python3-psycopg python3-psycopg2 python3-sqlalchemy python3-pip "$@"; do
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

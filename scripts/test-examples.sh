@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Runs the client examples in examples/ (Python: psycopg 3 and SQLAlchemy;
-# Rust: the postgres crate) against a throwaway cluster with leaf_id
+# Runs the client examples in examples/ (Python: psycopg 3 and SQLAlchemy,
+# and Django 5.2; Rust: the postgres crate) and the SQL blocks of the docs against a throwaway cluster with leaf_id
 # installed and preloaded (target/examples-cluster, port EXAMPLES_PORT,
 # default 28881), each in its own fresh database. Exits non-zero when any
 # example fails. Needs the Debian packages python3-psycopg, python3-psycopg2
 # and python3-sqlalchemy (scripts/setup.sh installs them); runs Debian's
-# /usr/bin/python3, which is the interpreter those packages serve.
+# /usr/bin/python3, which is the interpreter those packages serve. Django
+# 5.2 and the psycopg it needs (bookworm has neither) are installed from PyPI
+# with that interpreter's pip into target/pydeps (python3-pip,
+# scripts/setup.sh), once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -20,6 +23,14 @@ export CARGO_TARGET_DIR=$ROOT/target/examples
 
 # build first, before the cluster is up
 cargo build --quiet --manifest-path "$RUST_MANIFEST"
+PYDEPS=$ROOT/target/pydeps
+# Django 5.2 needs psycopg 3.1.8 or newer; bookworm has 3.1.7
+DJANGO=('django>=5.2,<5.3' 'psycopg[binary]>=3.1.8,<3.3')
+if ! PYTHONPATH=$PYDEPS "$PYTHON" -c 'import django, psycopg, sys; sys.exit(django.VERSION[:2] != (5, 2) or psycopg.__version__ < "3.1.8")' 2>/dev/null; then
+  echo "test-examples: installing ${DJANGO[*]} into $PYDEPS"
+  rm -rf "$PYDEPS"
+  "$PYTHON" -m pip install --quiet --disable-pip-version-check --target "$PYDEPS" "${DJANGO[@]}"
+fi
 
 mkdir -p "$ROOT/target"; ensure_postgres_can_reach "$ROOT/target"
 cluster_stop "$DATA" immediate # a leftover of an interrupted run
@@ -42,7 +53,11 @@ run_example() {
   fi
 }
 run_example "python (examples/python/orders.py)" python_example "$PYTHON" examples/python/orders.py
+run_example "django (examples/python/django_orders.py)" django_example \
+  env PYTHONPATH="$PYDEPS" "$PYTHON" examples/python/django_orders.py
 run_example "rust (examples/rust)" rust_example cargo run --quiet --manifest-path "$RUST_MANIFEST"
+run_example "docs (the SQL blocks of README.md and docs/, scripts/test-docs.py)" docs_example \
+  "$PYTHON" scripts/test-docs.py
 
 if [ "$failed" -ne 0 ]; then
   echo "test-examples: leaf_id lines and server errors from $DATA/server.log:"

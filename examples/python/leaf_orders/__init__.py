@@ -1,0 +1,1 @@
+"""A Django app whose keys come from leaf_id (see ../django_orders.py)."""
