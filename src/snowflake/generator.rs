@@ -223,7 +223,9 @@ impl Generator {
                 });
             }
             let t = now - cfg.epoch_ms;
-            if !(0..=MAX_TIMESTAMP).contains(&t) {
+            // not the epoch millisecond itself: its first ID (time 0,
+            // sequence 0) is the word of a generator that issued nothing
+            if !(1..=MAX_TIMESTAMP).contains(&t) {
                 return Err(Refusal::OutOfRange);
             }
             let worker_id = (word >> WORKER_SHIFT) & WORKER_MASK;
@@ -364,6 +366,25 @@ mod tests {
         let d = decode(b, LEAF_EPOCH_MS).unwrap();
         assert_eq!((d.unix_ms, d.worker_id, d.sequence), (T0, 7, 1));
         assert_eq!(b, a + 1);
+    }
+
+    #[test]
+    fn the_epoch_millisecond_itself_is_refused() {
+        // its first ID (time 0, sequence 0) would be the word of a generator
+        // that has issued nothing, and the next call would issue it again
+        let g = generator();
+        let clock = FakeClock::at(LEAF_EPOCH_MS);
+        let first = g.next_id(&cfg(), &clock, &mut zero);
+        let second = g.next_id(&cfg(), &clock, &mut zero);
+        assert!(
+            first.is_err() || first != second,
+            "the same ID twice at the epoch millisecond: {first:?}, {second:?}"
+        );
+        assert_eq!(first, Err(Refusal::OutOfRange));
+        clock.now.set(LEAF_EPOCH_MS + 1);
+        let a = g.next_id(&cfg(), &clock, &mut zero).unwrap();
+        let b = g.next_id(&cfg(), &clock, &mut zero).unwrap();
+        assert_eq!(b, a + 1, "from the next millisecond on, IDs as always");
     }
 
     #[test]
