@@ -9,11 +9,11 @@ use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64, Ordering::Se
 /// Other copies a renewal writes through helpers; beyond that count a copy
 /// is not written (and not counted).
 pub const MAX_OTHER_COPIES: usize = 16;
-pub(crate) const HOST_BYTES: usize = 256;
-pub(crate) const COMMAND_BYTES: usize = 4096;
-pub(crate) const ANSWER_BYTES: usize = 512;
+const HOST_BYTES: usize = 256;
+const COMMAND_BYTES: usize = 4096;
+const ANSWER_BYTES: usize = 512;
 /// A helper registered but not started after this long is given up.
-pub(crate) const START_GRACE_MS: i64 = 10_000;
+const START_GRACE_MS: i64 = 10_000;
 /// `pid` of a slot whose helper is registered but has not started yet.
 pub(crate) const STARTING: i32 = -1;
 

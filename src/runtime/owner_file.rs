@@ -79,10 +79,6 @@ fn record_path_of(what: &str, id: &Identity) -> std::path::PathBuf {
     ))
 }
 
-fn record_path(id: &Identity) -> std::path::PathBuf {
-    record_path_of("owner", id)
-}
-
 /// A record outside the data directory for a file of it (see
 /// `record_path_of`); None where the boot cannot be told.
 pub struct BootRecord {
@@ -128,10 +124,6 @@ impl BootRecord {
 /// directory's owner, that is, the server's user). A name that is no plain
 /// file at `lstat` cannot become one later: in a sticky directory only its
 /// owner can replace it.
-fn read_record(id: &Identity, uid: u32) -> Option<u64> {
-    read_record_at(&record_path(id), uid)
-}
-
 fn read_record_at(path: &std::path::Path, uid: u32) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::symlink_metadata(&path).ok()?;
@@ -140,10 +132,6 @@ fn read_record_at(path: &std::path::Path, uid: u32) -> Option<u64> {
     }
     let text = std::fs::read_to_string(path).ok()?;
     text.trim().strip_prefix("start_nonce=")?.parse().ok()
-}
-
-fn write_record(id: &Identity, nonce: u64) -> std::io::Result<()> {
-    write_record_at(&record_path(id), nonce)
 }
 
 fn write_record_at(path: &std::path::Path, nonce: u64) -> std::io::Result<()> {
@@ -202,26 +190,24 @@ pub fn token_for_this_lifetime(
     fresh: i64,
     nonce: u64,
 ) -> (i64, Result<bool, String>) {
-    let Some(id) = identity(data_dir, port, system_identifier) else {
+    let (Some(id), Some(record)) = (
+        identity(data_dir, port, system_identifier),
+        BootRecord::of("owner", data_dir, port, system_identifier),
+    ) else {
         return (fresh, Ok(false));
-    };
-    let owner_uid = {
-        use std::os::unix::fs::MetadataExt;
-        std::fs::metadata(data_dir).map(|m| m.uid()).ok()
     };
     let kept = std::fs::read_to_string(data_dir.join(FILE_NAME))
         .ok()
-        .and_then(|text| {
-            inherited_token(&text, &id, owner_uid.and_then(|uid| read_record(&id, uid)))
-        });
+        .and_then(|text| inherited_token(&text, &id, record.read()));
     let token = kept.unwrap_or(fresh);
     // the file first: a crash before the record leaves the two disagreeing,
     // which only costs the next start its token
     let written = write_durably(data_dir, &format(token, &id, nonce))
         .map_err(|e| format!("could not write {FILE_NAME}: {e}"))
         .and_then(|()| {
-            write_record(&id, nonce)
-                .map_err(|e| format!("could not write {}: {e}", record_path(&id).display()))
+            record
+                .write(nonce)
+                .map_err(|e| format!("could not write {}: {e}", record.path.display()))
         });
     match written {
         Ok(()) => (token, Ok(kept.is_some())),
@@ -261,6 +247,43 @@ mod tests {
         // a file of the previous format has no nonce
         let old = file.replace("start_nonce=9\n", "");
         assert_eq!(inherited_token(&old, &id(), Some(9)), None);
+    }
+
+    #[test]
+    fn a_record_is_believed_only_as_a_plain_file_of_the_server_user_written_by_us() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = std::env::temp_dir().join(format!("leaf_id_record_test_{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let uid = std::fs::metadata(&dir).unwrap().uid();
+        let record = dir.join("leaf_id_owner_1_2_3_4");
+        write_record_at(&record, 42).unwrap();
+        assert_eq!(read_record_at(&record, uid), Some(42));
+        assert_eq!(
+            read_record_at(&record, uid + 1),
+            None,
+            "another user's record"
+        );
+        std::fs::set_permissions(&record, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert_eq!(
+            read_record_at(&record, uid),
+            None,
+            "a record others may write"
+        );
+        std::fs::remove_file(&record).unwrap();
+        let planted = dir.join("planted");
+        std::fs::write(&planted, "start_nonce=42\n").unwrap();
+        std::os::unix::fs::symlink(&planted, &record).unwrap();
+        assert_eq!(read_record_at(&record, uid), None, "a symbolic link");
+        // the temporary name is created anew: a name planted there is refused
+        std::fs::remove_file(&record).unwrap();
+        std::os::unix::fs::symlink(&planted, record.with_extension(format!("{:016x}.tmp", 7)))
+            .unwrap();
+        assert!(write_record_at(&record, 7).is_err());
+        assert_eq!(
+            std::fs::read_to_string(&planted).unwrap(),
+            "start_nonce=42\n"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -408,7 +408,7 @@ unsafe fn owner_token_for_this_lifetime() -> i64 {
         unsafe { pg_sys::PostPortNumber },
         unsafe { pg_sys::GetSystemIdentifier() },
         fresh,
-        unsafe { new_owner_token() } as u64, // this start's nonce
+        random_nonce(), // this start's nonce
     );
     match outcome {
         Ok(true) => {
@@ -503,13 +503,26 @@ impl Shared {
         self.note_worker_id_lease_locked(worker_id, dboid, until_ms);
     }
 
+    /// Global lock held: the end of the lease a database of this server last
+    /// held with `worker_id` in this lifetime (0: none), unless that database
+    /// is `except`.
+    fn noted_lease_locked(&self, worker_id: i64, except: Option<u32>) -> i64 {
+        match unsafe { (*self.header).worker_id_leases.get(worker_id as usize) } {
+            Some(e) if e.dboid != 0 && Some(e.dboid) != except => e.until_ms,
+            _ => 0,
+        }
+    }
+
     /// Global lock held: the end of the lease another database of this
     /// server last held with `worker_id` in this lifetime (0: none).
     pub fn other_database_lease_locked(&self, worker_id: i64, dboid: u32) -> i64 {
-        match unsafe { (*self.header).worker_id_leases.get(worker_id as usize) } {
-            Some(e) if e.dboid != 0 && e.dboid != dboid => e.until_ms,
-            _ => 0,
-        }
+        self.noted_lease_locked(worker_id, Some(dboid))
+    }
+
+    /// `other_database_lease_locked`, taking the global lock.
+    pub fn other_database_lease(&self, worker_id: i64, dboid: u32) -> i64 {
+        let _g = self.lock_global();
+        self.other_database_lease_locked(worker_id, dboid)
     }
 
     /// The end of the lease any database of this server, this one included,
@@ -519,16 +532,7 @@ impl Shared {
     /// again) or with another id in between.
     pub fn lifetime_lease(&self, worker_id: i64) -> i64 {
         let _g = self.lock_global();
-        match unsafe { (*self.header).worker_id_leases.get(worker_id as usize) } {
-            Some(e) if e.dboid != 0 => e.until_ms,
-            _ => 0,
-        }
-    }
-
-    /// `other_database_lease_locked`, taking the global lock.
-    pub fn other_database_lease(&self, worker_id: i64, dboid: u32) -> i64 {
-        let _g = self.lock_global();
-        self.other_database_lease_locked(worker_id, dboid)
+        self.noted_lease_locked(worker_id, None)
     }
 
     /// How often the database's segment reserve was reset in this lifetime

@@ -31,10 +31,7 @@ pub(crate) struct Reserved {
 }
 
 /// leaf_alloc's OID (the reserve is bound to the table it came from).
-pub(crate) fn alloc_table_oid(
-    client: &mut pgrx::spi::SpiClient,
-    schema: &Schema,
-) -> Result<u32, JobError> {
+fn alloc_table_oid(client: &mut pgrx::spi::SpiClient, schema: &Schema) -> Result<u32, JobError> {
     sql::table_oid(client, schema, Table::Alloc)?
         .map(|o| o.to_u32())
         .ok_or_else(|| {
@@ -264,7 +261,7 @@ pub(crate) fn take_from_reserve(
     })
 }
 
-pub(crate) fn not_recorded(tag: &str, detail: &str) -> JobError {
+fn not_recorded(tag: &str, detail: &str) -> JobError {
     JobError::new(
         PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
         format!(

@@ -9,7 +9,7 @@ use crate::segment::reserve::{self as local_reserve, Reserve};
 use pgrx::prelude::*;
 use std::sync::atomic::Ordering::SeqCst;
 
-pub(crate) fn reserve_io_error(e: std::io::Error) -> JobError {
+fn reserve_io_error(e: std::io::Error) -> JobError {
     JobError::new(
         PgSqlErrorCode::ERRCODE_IO_ERROR,
         format!("leaf_id could not write its segment reserve file: {e}"),
@@ -20,12 +20,12 @@ pub(crate) fn reserve_io_error(e: std::io::Error) -> JobError {
 /// reserve file (one segment worker per database and process).
 static RESETS_AT_LOAD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-pub(crate) fn resets(dboid: u32) -> u64 {
+fn resets(dboid: u32) -> u64 {
     shared().map_or(0, |sh| sh.reserve_resets(dboid))
 }
 
 /// The record outside the data directory of the database's reserve file.
-pub(crate) fn reserve_record(dboid: u32) -> Option<crate::runtime::owner_file::BootRecord> {
+fn reserve_record(dboid: u32) -> Option<crate::runtime::owner_file::BootRecord> {
     crate::runtime::shmem::boot_record(&format!("reserve{dboid}"))
 }
 

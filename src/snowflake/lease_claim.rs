@@ -25,10 +25,7 @@ use std::time::Duration;
 /// The registry, read with a fresh snapshot (an `update` call: a read-only
 /// SPI query would reuse the transaction's first snapshot, and the claim
 /// reads again after waiting).
-pub(crate) fn registry(
-    client: &mut SpiClient,
-    schema: &Schema,
-) -> Result<Vec<RegistryRow>, JobError> {
+fn registry(client: &mut SpiClient, schema: &Schema) -> Result<Vec<RegistryRow>, JobError> {
     let rows = client
         .update(&sql::worker_registry(schema), None, &[])
         .map_err(spi_err)?;
@@ -54,7 +51,7 @@ pub(crate) fn configured_worker_id() -> Option<i64> {
 
 /// Worker ids the generators of the other databases of this server use
 /// (hold the global lock for an answer that stays true).
-pub(crate) fn used_by_other_databases(db: usize) -> Vec<i64> {
+fn used_by_other_databases(db: usize) -> Vec<i64> {
     let sh = shared().expect("shared memory");
     (0..sh.n_dbs())
         .filter(|&d| d != db && sh.db(d).dboid.load(SeqCst) != 0)
@@ -311,7 +308,7 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
 /// lease that has passed: a holder that renewed meanwhile (on any copy)
 /// fails the statement (`citus::guard`, 55006). The taker issues above `now_ms`,
 /// so above every lease a copy holds, including one this node's copy missed.
-pub(crate) fn take_back(
+fn take_back(
     client: &mut SpiClient,
     schema: &Schema,
     row: &RegistryRow,
@@ -343,7 +340,7 @@ pub(crate) fn take_back(
     Ok(!got.is_empty())
 }
 
-pub(crate) fn held_by_live_server(id: i64, node: &str) -> JobError {
+fn held_by_live_server(id: i64, node: &str) -> JobError {
     JobError::new(
         PgSqlErrorCode::ERRCODE_OBJECT_IN_USE,
         format!(
@@ -358,7 +355,7 @@ pub(crate) fn held_by_live_server(id: i64, node: &str) -> JobError {
 /// and a lock timeout at most), instead of refusing calls meanwhile. A floor
 /// further ahead (a long lease, a clock behind the mark) is not waited for:
 /// calls are refused (58000) until the clock passes it.
-pub(crate) fn wait_for_floor(floor: i64) {
+fn wait_for_floor(floor: i64) {
     let limit = 2 * settings::HEARTBEAT_INTERVAL.get() as i64 + WORKER_LOCK_TIMEOUT_MS;
     let behind = floor - clock_ms();
     if behind < 0 || behind > limit {
@@ -373,12 +370,12 @@ pub(crate) fn wait_for_floor(floor: i64) {
 }
 
 /// The worker session's lock_timeout (`FORCED_SETTINGS`).
-pub(crate) const WORKER_LOCK_TIMEOUT_MS: i64 = 5000;
+const WORKER_LOCK_TIMEOUT_MS: i64 = 5000;
 
 /// Read the row again and again (interruptibly, with fresh snapshots) until
 /// the snowflake clock reaches `until_ms`: false as soon as its owner token
 /// or mark differs from `row`.
-pub(crate) fn row_unchanged_until(
+fn row_unchanged_until(
     client: &mut SpiClient,
     schema: &Schema,
     row: &RegistryRow,
@@ -410,7 +407,7 @@ pub struct Claimed {
     pub(crate) node: String,
 }
 
-pub(crate) fn used_by_other_database(id: i64) -> JobError {
+fn used_by_other_database(id: i64) -> JobError {
     JobError::new(
         PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
         format!(

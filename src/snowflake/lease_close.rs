@@ -10,7 +10,7 @@ use pgrx::spi::Spi;
 use std::sync::atomic::Ordering::SeqCst;
 
 /// `close_and_persist` left the row as it was (on Citus, at an exit).
-pub(crate) const SKIPPED_ON_CITUS: i64 = i64::MIN;
+const SKIPPED_ON_CITUS: i64 = i64::MIN;
 
 /// Close the generator and persist the exact last issued millisecond instead
 /// of the lease, so that after a clean restart IDs are not refused while the
