@@ -71,6 +71,7 @@ ids = [o.id for o in orders]
 check(all(i is not None for i in ids), "bulk_create() read every BigAutoField key back")
 check(len(set(ids + [order.id])) == 101 and min(ids) >= 1000000, "101 distinct keys from the tag 'order'")
 check(all(in_table(Order, i) for i in ids[:5]), "the keys read back are the rows'")
+check(all(isinstance(o.event_id, int) for o in orders), "bulk_create() read every event_id db_default back")
 
 # a db_default key: save() reads it back, bulk_create() does not
 ticket = Ticket.objects.create(item="seat")

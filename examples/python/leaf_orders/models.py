@@ -8,8 +8,8 @@ class Order(models.Model):
     INSERT ... RETURNING, in save() and in bulk_create()."""
 
     id = models.BigAutoField(primary_key=True)
-    # a time-ordered public ID, decodable to its creation time; Django 5
-    # reads a db_default back with RETURNING in save(), not in bulk_create()
+    # a time-ordered public ID, decodable to its creation time; Django 5.2
+    # reads this db_default back with RETURNING in save() and bulk_create()
     event_id = models.BigIntegerField(
         unique=True, db_default=Func(function="leaf_snowflake_next", output_field=models.BigIntegerField())
     )

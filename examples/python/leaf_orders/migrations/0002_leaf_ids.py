@@ -1,9 +1,9 @@
 """The tags, and Order's key default pointed at leaf_segment_next('order').
 
 Django creates a BigAutoField as an identity column, which cannot have a
-default: the migration drops the identity first. (A superuser can do the
-same with SELECT leaf_segment_adopt_sequence(...), which also starts the tag
-above the identity's values.)"""
+default: the migration drops the identity first. (On a table with rows, a
+superuser can adopt the identity's sequence instead, with
+leaf_segment_adopt_sequence; see docs/orm.md.)"""
 
 from django.db import migrations
 
