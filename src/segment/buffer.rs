@@ -15,11 +15,13 @@
 //! generation. The reader loads the full 64-bit generation of the metadata
 //! before its `fetch_add` ([`Segment::begin_take`]), and afterwards
 //! ([`Segment::finish_take`]) accepts its offset only if the word it got back
-//! carries that generation and the metadata still has exactly it: then no
-//! publish happened between the two, and the offset belongs to that range.
-//! The word holds only the low 24 bits of the generation; they wrap after
-//! 2^24 publishes (retires count too), but the 64-bit comparison does not, so
-//! a reader stalled across any number of publishes gets `Stale`. An offset is
+//! carries the generation the metadata has now, complete and unchanged while
+//! read: then the offset belongs to that range. That is the expected
+//! generation, or the next one when the reader's `fetch_add` landed on the
+//! word a publish had just reset (its offset is then the new range's, and
+//! nobody else's). The word holds only the low 24 bits of the generation;
+//! they wrap after 2^24 publishes (retires count too), so a reader that finds
+//! 2^24 or more publishes since its look gets `Stale`. An offset is
 //! handed to exactly one `fetch_add`, so every ID of a range goes to at most
 //! one caller.
 //!
@@ -179,16 +181,33 @@ impl Segment {
         let start = self.start.load(SeqCst);
         let len = self.len.load(SeqCst);
         let m2 = self.meta_gen.load(SeqCst);
+        // The word's full generation X is at least `expected` (the word had
+        // `expected` when the reader loaded it, and only grows) and the
+        // metadata reaches X only after the word does, so m1 >= X - 1. With
+        // m1 not writing, m1 = m2, and fewer than 2^24 publishes since
+        // `expected`, low bits equal to m1's mean X = m1: start/len are X's
+        // range. That also names the offsets of a reader whose `fetch_add`
+        // landed on the word a publish had just reset (else the range's first
+        // ID would be nobody's).
         if ticket.expected & WRITING != 0
-            || m1 != ticket.expected
-            || m2 != ticket.expected
-            || word_gen != ticket.expected & GEN_MASK
+            || m1 & WRITING != 0
+            || m1 != m2
+            || m1.wrapping_sub(ticket.expected) >= GEN_MASK
+            || word_gen != m1 & GEN_MASK
         {
-            // a publish happened since the reader looked (or is under way):
-            // its offsets belong to no range it can name
+            // a publish happened since the reader's fetch_add (or is under
+            // way, or too many to tell): its offsets belong to no range it can name
             return TakeMany::Stale;
         }
         let offset = offset as i64;
+        if ticket.n == 0 {
+            // a ticket without a fetch_add owns no offset
+            return if offset < len {
+                TakeMany::Stale
+            } else {
+                TakeMany::Exhausted
+            };
+        }
         if offset < len {
             // one caller gets exactly these offsets (the part past the end
             // is nobody's: later takes see the segment exhausted)
@@ -516,6 +535,37 @@ mod tests {
         let distinct: HashSet<_> = ids.iter().collect();
         assert_eq!(distinct.len(), ids.len(), "an ID twice: {ids:?}");
         assert_eq!(ids.len(), 10);
+    }
+
+    /// The gap `tests/tap/007` once caught: a reader loads the generation,
+    /// then a refill resets the word, and the reader's `fetch_add` lands on
+    /// the new word before the new generation is published (its look at the
+    /// word saw the new generation, so `begin_take` added). Its offset is the
+    /// new range's first: it must get that ID, or nobody does.
+    #[test]
+    fn a_take_that_lands_on_the_new_word_during_a_publish_gets_its_id() {
+        let s = Segment::default();
+        s.publish(0, 1);
+        assert!(matches!(s.take(), Take::Id { id: 0, .. }));
+        assert_eq!(s.take(), Take::Exhausted);
+        let expected = s.meta_gen.load(SeqCst);
+        let mut ticket = None;
+        s.publish_interleaved(100, 5, || {
+            let word = s.state.fetch_add(1, SeqCst);
+            ticket = Some(Ticket {
+                expected,
+                word,
+                n: 1,
+            });
+        });
+        let mut ids = Vec::new();
+        if let TakeMany::Ids { first, .. } = s.finish_take(ticket.unwrap()) {
+            ids.push(first);
+        }
+        while let Take::Id { id, .. } = s.take() {
+            ids.push(id);
+        }
+        assert_eq!(ids, vec![100, 101, 102, 103, 104], "every ID of the range, once");
     }
 
     #[test]
