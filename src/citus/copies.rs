@@ -21,6 +21,9 @@ pub struct Copies {
     shard: Shard,
     /// The other nodes holding a copy: (host, port).
     others: Vec<(String, i32)>,
+    /// The nodes holding a copy that Citus lists as inactive
+    /// (`citus_disable_node`): writes through Citus skip them.
+    disabled: Vec<(String, i32)>,
 }
 
 impl Copies {
@@ -85,10 +88,14 @@ fn placements(
     let mut shard = None;
     let mut own = false;
     let mut others = Vec::new();
+    let mut disabled = Vec::new();
     for row in rows {
         let id: i64 = row.get(1).map_err(spi_err)?.unwrap_or(0);
         let host: String = row.get(2).map_err(spi_err)?.unwrap_or_default();
         let port: i32 = row.get(3).map_err(spi_err)?.unwrap_or(0);
+        if !row.get::<bool>(5).map_err(spi_err)?.unwrap_or(true) {
+            disabled.push((host.clone(), port));
+        }
         if row.get::<bool>(4).map_err(spi_err)?.unwrap_or(false) {
             own = true;
         } else {
@@ -102,10 +109,45 @@ fn placements(
             Copies {
                 shard: schema.shard(table, id),
                 others,
+                disabled,
             },
             own,
         )
     }))
+}
+
+/// A claim's write of `leaf_worker` through Citus (an insert, a take-over of a
+/// released row, a take-back, a move) stands only if it reached every copy:
+/// `snowflake::quorum` counts a holder's renewals over every copy, the
+/// disabled ones too, so a write that skipped a disabled node's copy may
+/// overlap a live holder's majority in no copy at all (a coordinator that
+/// disabled two live nodes of three would otherwise take their ids while they
+/// renew with each other). Refused with 55000 while a copy's node is disabled;
+/// `citus_activate_node` or `citus_remove_node` ends it.
+pub fn require_every_copy_active(
+    client: &mut SpiClient,
+    schema: &Schema,
+    worker_id: i64,
+) -> Result<(), JobError> {
+    let Some((copies, _)) = placements(client, schema, Table::Worker)? else {
+        return Ok(());
+    };
+    if copies.disabled.is_empty() {
+        return Ok(());
+    }
+    let nodes: Vec<String> = copies
+        .disabled
+        .iter()
+        .map(|(h, p)| format!("{h}:{p}"))
+        .collect();
+    Err(JobError::new(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!(
+            "could not claim snowflake worker id {worker_id}: the copy of leaf_worker on disabled Citus node {} would miss the claim; \
+             activate the node (citus_activate_node), or remove it (citus_remove_node) if it is gone for good",
+            nodes.join(", ")
+        ),
+    ))
 }
 
 thread_local! {

@@ -152,7 +152,8 @@ pub const IS_CITUS_TABLE: &str = "SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_
 /// The placements of the reference table of OID $1 on primary nodes: shard
 /// id, host, port, whether it is this node's.
 pub const REFERENCE_TABLE_PLACEMENTS: &str = "SELECT s.shardid, n.nodename::pg_catalog.text, n.nodeport, \
-     n.groupid OPERATOR(pg_catalog.=) (SELECT groupid FROM pg_catalog.pg_dist_local_group) \
+     n.groupid OPERATOR(pg_catalog.=) (SELECT groupid FROM pg_catalog.pg_dist_local_group), \
+     n.isactive \
      FROM pg_catalog.pg_dist_shard s \
      JOIN pg_catalog.pg_dist_placement p ON p.shardid OPERATOR(pg_catalog.=) s.shardid \
      JOIN pg_catalog.pg_dist_node n ON n.groupid OPERATOR(pg_catalog.=) p.groupid \

@@ -157,6 +157,7 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
                         continue; // another node took it first: plan again
                     }
                     wrote_registry = true;
+                    taken_at = taken_at.max(released_floor(t, ahead));
                     t.id()
                 }
                 ClaimPlan::Move { release, take: t } => {
@@ -185,6 +186,7 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
                             ),
                         ));
                     }
+                    taken_at = taken_at.max(released_floor(t, ahead));
                     t.id()
                 }
                 ClaimPlan::OwnedByOther { worker_id, owner } => {
@@ -203,6 +205,10 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
                     ));
                 }
             };
+            if wrote_registry {
+                // (rolled back with the write when refused)
+                crate::citus::copies::require_every_copy_active(client, schema, id)?;
+            }
             // no FOR UPDATE: on a Citus reference table it locks on the first
             // worker node too, which may be down; a change of the row after
             // this read fails the guarded persist below
@@ -338,6 +344,21 @@ fn take_back(
         );
     }
     Ok(!got.is_empty())
+}
+
+/// The floor of a released row taken now: above every lease its last holder
+/// can still have. Its renewals stop holding once the release is on a
+/// majority of the copies, which is before this claim, and each renewal
+/// leases at most `lease_ahead` past its own time. The marks read from every
+/// copy say the same unless a copy was overwritten meanwhile (on Citus,
+/// `replicate_reference_tables` after `citus_activate_node` copies one copy
+/// over the others, marks included: `tests/citus/216`). Assumes the same
+/// `leaf_id.lease_ahead` and synchronized clocks on every node.
+fn released_floor(take: Take, ahead: i64) -> i64 {
+    match take {
+        Take::TakeOver(_) => clock_ms().saturating_add(ahead),
+        Take::Insert(_) => 0,
+    }
 }
 
 fn held_by_live_server(id: i64, node: &str) -> JobError {
