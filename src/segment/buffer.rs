@@ -21,7 +21,7 @@
 //! word a publish had just reset (its offset is then the new range's, and
 //! nobody else's). The word holds only the low 24 bits of the generation;
 //! they wrap after 2^24 publishes (retires count too), so a reader that finds
-//! 2^24 or more publishes since its look gets `Stale`. An offset is
+//! 2^24 - 1 or more publishes since its look gets `Stale`. An offset is
 //! handed to exactly one `fetch_add`, so every ID of a range goes to at most
 //! one caller.
 //!
@@ -259,7 +259,7 @@ impl Segment {
             "segment length out of range"
         );
         let generation = self.meta_gen.load(SeqCst) & !WRITING;
-        let next_gen = generation + 1;
+        let mut next_gen = generation + 1;
         // readers that load meta from here on see WRITING and retry
         self.meta_gen.store(generation | WRITING, SeqCst);
         self.start.store(start, SeqCst);
@@ -268,7 +268,16 @@ impl Segment {
         // that loads the new generation adds to the new word only (the old
         // word, even one whose offset carried into the generation bits, is
         // gone by then)
-        self.state.store(pack(next_gen, 0), SeqCst);
+        let old = self.state.swap(pack(next_gen, 0), SeqCst);
+        if unpack(old).0 != generation & GEN_MASK {
+            // the old word's offset carried into the generation bits (which
+            // the bounds on MAX_TAKE and MAX_SEGMENT_LEN should rule out): a
+            // reader may hold a word that reads as `next_gen`, so the range
+            // gets the generation after it (readers of the word just reset
+            // then fail the generation check too)
+            next_gen += 1;
+            self.state.store(pack(next_gen, 0), SeqCst);
+        }
         between();
         // the new range becomes takeable only now, complete
         self.meta_gen.store(next_gen, SeqCst);
@@ -566,6 +575,36 @@ mod tests {
             ids.push(id);
         }
         assert_eq!(ids, vec![100, 101, 102, 103, 104], "every ID of the range, once");
+    }
+
+    /// A reader whose `fetch_add` landed on a word whose offset carried into
+    /// the generation bits holds what reads as the next generation's offset:
+    /// the publish must not give the range that generation.
+    #[test]
+    fn a_take_on_a_carried_word_is_stale_after_the_publish() {
+        let s = Segment::default();
+        s.publish(0, 10);
+        let expected = s.meta_gen.load(SeqCst);
+        let (generation, _) = unpack(s.state.load(SeqCst));
+        s.state.store(pack(generation, OFFSET_MASK), SeqCst);
+        s.state.fetch_add(2, SeqCst); // the carry: reads as (generation + 1, 1)
+        let word = s.state.fetch_add(1, SeqCst);
+        assert_eq!(unpack(word), (generation + 1, 1));
+        s.publish(100, 10);
+        let ticket = Ticket {
+            expected,
+            word,
+            n: 1,
+        };
+        let mut ids = Vec::new();
+        if let TakeMany::Ids { first, .. } = s.finish_take(ticket) {
+            ids.push(first);
+        }
+        while let Take::Id { id, .. } = s.take() {
+            ids.push(id);
+        }
+        let distinct: HashSet<_> = ids.iter().collect();
+        assert_eq!(distinct.len(), ids.len(), "an ID twice: {ids:?}");
     }
 
     #[test]

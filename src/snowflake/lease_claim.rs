@@ -84,6 +84,9 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
     // the time of a takeover from another token (the new floor)
     let mut wrote_registry = false;
     let mut taken_at = 0;
+    // a released row's floor from the clock (`released_floor`), used on Citus
+    let mut released_at = 0;
+    let mut waits_for_release = false;
     let (worker_id, persisted) = Spi::connect_mut(|client| {
         for _attempt in 0..10 {
             let rows = registry(client, schema)?;
@@ -157,7 +160,7 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
                         continue; // another node took it first: plan again
                     }
                     wrote_registry = true;
-                    taken_at = taken_at.max(released_floor(t, ahead));
+                    released_at = released_floor(t, ahead);
                     t.id()
                 }
                 ClaimPlan::Move { release, take: t } => {
@@ -186,7 +189,7 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
                             ),
                         ));
                     }
-                    taken_at = taken_at.max(released_floor(t, ahead));
+                    released_at = released_floor(t, ahead);
                     t.id()
                 }
                 ClaimPlan::OwnedByOther { worker_id, owner } => {
@@ -237,6 +240,8 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
                     mark = mark.max(crate::citus::copies::highest_mark_on_other_copies(
                         client, schema, &copies, id, epoch,
                     )?);
+                    mark = mark.max(released_at);
+                    waits_for_release = released_at > 0;
                 }
             } else if wrote_registry {
                 // no copy here: the mark read through Citus came from one
@@ -247,6 +252,8 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
                     mark = mark.max(crate::citus::copies::highest_mark_on_other_copies(
                         client, schema, &all, id, epoch,
                     )?);
+                    mark = mark.max(released_at);
+                    waits_for_release = released_at > 0;
                 }
             }
             return Ok((id, mark.max(taken_at)));
@@ -284,7 +291,9 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
     } else {
         0
     };
-    if !same_id {
+    // (a released id taken back in this lifetime waits too, rather than
+    // refusing calls until the clock passes the floor)
+    if !same_id || waits_for_release {
         wait_for_floor(floor);
     }
     // a claim that wrote through Citus renews through it as well (its own
