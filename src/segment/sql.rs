@@ -139,7 +139,11 @@ pub fn next_ids(tag: &str, want: u64) -> (i64, i64) {
                     crossed_threshold,
                 } => {
                     if slot.epoch.load(SeqCst) != epoch {
-                        break; // the slot went to another tag meanwhile: not ours
+                        // the slot went to another tag meanwhile: not ours. The
+                        // buffer may accept a take begun before the retire for
+                        // the new tag's range (it names the current generation),
+                        // so this check is what keeps it from this tag's caller
+                        break;
                     }
                     if crossed_threshold {
                         request_refill(sh, db, i);
