@@ -574,7 +574,11 @@ mod tests {
         while let Take::Id { id, .. } = s.take() {
             ids.push(id);
         }
-        assert_eq!(ids, vec![100, 101, 102, 103, 104], "every ID of the range, once");
+        assert_eq!(
+            ids,
+            vec![100, 101, 102, 103, 104],
+            "every ID of the range, once"
+        );
     }
 
     /// A reader whose `fetch_add` landed on a word whose offset carried into
