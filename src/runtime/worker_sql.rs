@@ -150,7 +150,7 @@ pub const IS_CITUS_TABLE: &str = "SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_
      WHERE logicalrelid OPERATOR(pg_catalog.=) $1::pg_catalog.oid::pg_catalog.regclass)";
 
 /// The placements of the reference table of OID $1 on primary nodes: shard
-/// id, host, port, whether it is this node's.
+/// id, host, port, whether it is this node's, whether the node is active.
 pub const REFERENCE_TABLE_PLACEMENTS: &str = "SELECT s.shardid, n.nodename::pg_catalog.text, n.nodeport, \
      n.groupid OPERATOR(pg_catalog.=) (SELECT groupid FROM pg_catalog.pg_dist_local_group), \
      n.isactive \
