@@ -24,7 +24,62 @@ pub fn raise_recorded(sqlstate: i32, message: String) -> ! {
             None,
         )
     }
+    if !is_known_to_pgrx(sqlstate) {
+        keep_raw_code_of_next_error(sqlstate);
+    }
     raise(PgSqlErrorCode::from(sqlstate), message, None)
+}
+
+/// Does pgrx's `PgSqlErrorCode` have this SQLSTATE? It has only the codes
+/// PostgreSQL defines; any other (a user's trigger may `RAISE ... USING
+/// ERRCODE = 'LF001'`) becomes `XX000` in it.
+pub fn is_known_to_pgrx(sqlstate: i32) -> bool {
+    code_of(PgSqlErrorCode::from(sqlstate)) == sqlstate
+}
+
+/// The SQLSTATE pgrx reads as `XX000`.
+const INTERNAL_ERROR: i32 = PgSqlErrorCode::ERRCODE_INTERNAL_ERROR as isize as i32;
+
+/// The code `RAW_CODE_CONTEXT` gives the next `XX000` error; 0 for none.
+static mut RAW_CODE: i32 = 0;
+
+/// An error-context entry: `errfinish` calls every entry of
+/// `error_context_stack` while the error is the top of the error stack, so
+/// its `errcode` call sets the code that handlers and the client see.
+static mut RAW_CODE_CONTEXT: pg_sys::ErrorContextCallback = pg_sys::ErrorContextCallback {
+    previous: std::ptr::null_mut(),
+    callback: Some(give_raw_code),
+    arg: std::ptr::null_mut(),
+};
+
+unsafe extern "C-unwind" {
+    // not in pgrx's bindings (it keeps errstart/errcode to itself)
+    fn errcode(sqlerrcode: std::os::raw::c_int) -> std::os::raw::c_int;
+}
+
+unsafe extern "C-unwind" fn give_raw_code(_arg: *mut std::os::raw::c_void) {
+    unsafe {
+        let code = (&raw const RAW_CODE).read();
+        if code != 0 && pg_sys::geterrcode() == INTERNAL_ERROR {
+            (&raw mut RAW_CODE).write(0);
+            errcode(code);
+        }
+    }
+}
+
+/// Make the ERROR raised next (as `XX000`, all pgrx can raise) carry
+/// `sqlstate` instead. The entry is pushed for that error only: the raise
+/// never returns, and the handler that catches it (PostgresMain, a PL/pgSQL
+/// EXCEPTION block) resets `error_context_stack` to what it saved before
+/// this function's caller ran, so the entry is gone with the error. Only for
+/// a raise that follows at once, with no Rust catch in between.
+fn keep_raw_code_of_next_error(sqlstate: i32) {
+    unsafe {
+        (&raw mut RAW_CODE).write(sqlstate);
+        let entry = &raw mut RAW_CODE_CONTEXT;
+        (*entry).previous = pg_sys::error_context_stack;
+        pg_sys::error_context_stack = entry;
+    }
 }
 
 /// IDs need writes by the worker: refuse on a standby and, as nextval() does,

@@ -168,6 +168,13 @@ pub(crate) fn in_transaction<T>(
     }
     let mut committed = false;
     let committed_ref = AssertUnwindSafe(&mut committed);
+    let mut code_keeper = pg_sys::ErrorContextCallback {
+        previous: unsafe { pg_sys::error_context_stack },
+        callback: Some(note_reported_code),
+        arg: std::ptr::null_mut(),
+    };
+    LAST_REPORTED_CODE.with(|c| c.set(0));
+    unsafe { pg_sys::error_context_stack = &raw mut code_keeper };
     let job = AssertUnwindSafe(job);
     let result = PgTryBuilder::new(move || {
         let committed_ref = committed_ref;
@@ -209,20 +216,51 @@ pub(crate) fn in_transaction<T>(
         result
     })
     .catch_others(|e| {
-        let report = match &e {
-            CaughtError::PostgresError(r) | CaughtError::ErrorReport(r) => r,
-            CaughtError::RustPanic { ereport, .. } => ereport,
+        let (report, sqlstate) = match &e {
+            // raised by Postgres (SPI): a user's code may hide behind XX000
+            CaughtError::PostgresError(r) => (r, raw_code_of(r.sql_error_code())),
+            CaughtError::ErrorReport(r) => (r, code_of(r.sql_error_code())),
+            CaughtError::RustPanic { ereport, .. } => (ereport, code_of(ereport.sql_error_code())),
         };
         Err(JobError {
-            sqlstate: code_of(report.sql_error_code()),
+            sqlstate,
             message: report.message().to_string(),
         })
     })
     .execute();
+    unsafe { pg_sys::error_context_stack = code_keeper.previous };
     if !committed {
         unsafe { pg_sys::AbortCurrentTransaction() };
     }
     result
+}
+
+thread_local! {
+    /// The SQLSTATE of the last report made during a job (`note_reported_code`).
+    static LAST_REPORTED_CODE: std::cell::Cell<i32> = const { std::cell::Cell::new(0) };
+}
+
+/// An error-context callback: `errfinish` runs it for every report made
+/// while a job runs, the job's ERROR last, with the code as raised.
+unsafe extern "C-unwind" fn note_reported_code(_arg: *mut std::os::raw::c_void) {
+    let code = unsafe { pg_sys::geterrcode() };
+    LAST_REPORTED_CODE.with(|c| c.set(code));
+}
+
+/// The code a job's error was raised with. pgrx turns a code it does not
+/// know (a user's trigger may raise `LF001`) into `XX000`; the error's own
+/// code, noted as it was raised, is what the callers get.
+fn raw_code_of(caught: PgSqlErrorCode) -> i32 {
+    let caught = code_of(caught);
+    let raised = LAST_REPORTED_CODE.with(|c| c.get());
+    if caught == code_of(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR)
+        && raised != 0
+        && !crate::errors::is_known_to_pgrx(raised)
+    {
+        raised
+    } else {
+        caught
+    }
 }
 
 /// Did the last commit reach the synchronous standbys, if any are
