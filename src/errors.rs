@@ -77,8 +77,11 @@ fn keep_raw_code_of_next_error(sqlstate: i32) {
     unsafe {
         (&raw mut RAW_CODE).write(sqlstate);
         let entry = &raw mut RAW_CODE_CONTEXT;
-        (*entry).previous = pg_sys::error_context_stack;
-        pg_sys::error_context_stack = entry;
+        // linked already: linking it again would make it its own previous
+        if pg_sys::error_context_stack != entry {
+            (*entry).previous = pg_sys::error_context_stack;
+            pg_sys::error_context_stack = entry;
+        }
     }
 }
 

@@ -175,6 +175,8 @@ pub(crate) fn in_transaction<T>(
     };
     LAST_REPORTED_CODE.with(|c| c.set(0));
     unsafe { pg_sys::error_context_stack = &raw mut code_keeper };
+    // unlinked however the job ends (`code_keeper` dies with this frame)
+    let _unlink = ContextRestore(code_keeper.previous);
     let job = AssertUnwindSafe(job);
     let result = PgTryBuilder::new(move || {
         let committed_ref = committed_ref;
@@ -228,11 +230,19 @@ pub(crate) fn in_transaction<T>(
         })
     })
     .execute();
-    unsafe { pg_sys::error_context_stack = code_keeper.previous };
     if !committed {
         unsafe { pg_sys::AbortCurrentTransaction() };
     }
     result
+}
+
+/// Puts `error_context_stack` back to the entry it holds when dropped.
+struct ContextRestore(*mut pg_sys::ErrorContextCallback);
+
+impl Drop for ContextRestore {
+    fn drop(&mut self) {
+        unsafe { pg_sys::error_context_stack = self.0 };
+    }
 }
 
 thread_local! {
@@ -244,7 +254,24 @@ thread_local! {
 /// while a job runs, the job's ERROR last, with the code as raised.
 unsafe extern "C-unwind" fn note_reported_code(_arg: *mut std::os::raw::c_void) {
     let code = unsafe { pg_sys::geterrcode() };
-    LAST_REPORTED_CODE.with(|c| c.set(code));
+    // classes 00, 01 and 02 are no errors (a WARNING a trigger logs before
+    // it rethrows with a bare RAISE, which does not pass errfinish again)
+    let class = code & 0xFFF;
+    let not_an_error = [c"00000", c"01000", c"02000"]
+        .iter()
+        .any(|s| class == (sqlstate_of(s) & 0xFFF));
+    if !not_an_error {
+        LAST_REPORTED_CODE.with(|c| c.set(code));
+    }
+}
+
+/// A five-character SQLSTATE packed as PostgreSQL does (MAKE_SQLSTATE).
+fn sqlstate_of(s: &CStr) -> i32 {
+    s.to_bytes()
+        .iter()
+        .enumerate()
+        .map(|(i, b)| (((*b - b'0') & 0x3F) as i32) << (6 * i))
+        .sum()
 }
 
 /// The code a job's error was raised with. pgrx turns a code it does not

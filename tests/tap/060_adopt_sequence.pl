@@ -38,7 +38,7 @@ INSERT INTO t_serial (c) VALUES (1);
 INSERT INTO t_identity (c) VALUES (1);
 INSERT INTO t_flake (c) VALUES (1);
 SQL
-my ($clients, $per_client) = (4, 3000);
+my ($clients, $per_client) = (4, 6000);   # long enough for the adoptions to land inside it on a busy machine
 my ($out, $err) = ('', '');
 my $h = IPC::Run::start(
 	pgbench_command($node, $script, '-c', $clients, '-j', '2', '-t', $per_client, '-M', 'prepared'),

@@ -66,6 +66,25 @@ trigger_raising('internal', 'XX000');
 is(try_sql($node, 'postgres', "SELECT leaf_segment_next('internal')")->{sqlstate},
 	'XX000', 'an XX000 of the trigger stays XX000');
 
+# a trigger that logs the error as a WARNING and rethrows it (a bare RAISE)
+$node->safe_psql(
+	'postgres', q{
+INSERT INTO leaf_alloc (biz_tag, step) VALUES ('rethrown', 10);
+CREATE FUNCTION refuse_rethrown() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  BEGIN
+    RAISE EXCEPTION 'inner refusal' USING ERRCODE = 'LF003';
+  EXCEPTION WHEN OTHERS THEN
+    RAISE WARNING 'logged: %', SQLERRM;
+    RAISE;
+  END;
+END $$;
+CREATE TRIGGER refuse_rethrown BEFORE UPDATE ON leaf_alloc FOR EACH ROW
+  WHEN (OLD.biz_tag = 'rethrown') EXECUTE FUNCTION refuse_rethrown();
+});
+is(try_sql($node, 'postgres', "SELECT leaf_segment_next('rethrown')")->{sqlstate},
+	'LF003', 'an error logged as a WARNING and rethrown keeps its own code');
+
 # 4. without the trigger the tag is served from its start
 $node->safe_psql('postgres', 'DROP TRIGGER refuse_odd ON leaf_alloc');
 is(try_sql($node, 'postgres', "SELECT leaf_segment_next('odd')")->{out},
