@@ -62,6 +62,11 @@ AS $fn$
 DECLARE
     id ALIAS FOR $1;
     owner text;
+    pinned bigint[];
+    holder bigint;
+    needed bigint[];
+    listed bigint[];
+    active bigint[];
 BEGIN
     -- superusers only, whatever was granted
     IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER) THEN
@@ -76,17 +81,52 @@ BEGIN
             USING ERRCODE = '22023', DETAIL = 'Snowflake worker ids are 0 to 1023.';
     END IF;
     -- the row lock makes a concurrent release or claim wait for this one
-    SELECT w.node_name INTO owner FROM @extschema@.leaf_worker w WHERE w.worker_id = id FOR UPDATE;
+    SELECT w.node_name, w.copies, w.holder_copy INTO owner, pinned, holder
+      FROM @extschema@.leaf_worker w WHERE w.worker_id = id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'snowflake worker id % is not in leaf_worker', id USING ERRCODE = '42704';
     END IF;
     IF pg_catalog.starts_with(owner, 'released:') THEN
         RAISE EXCEPTION 'snowflake worker id % is already released', id USING ERRCODE = '55000';
     END IF;
+    -- On Citus the holder's renewals count a majority of the copies pinned in
+    -- its row, whatever this node's metadata lists now. The release (written
+    -- through Citus: every active copy listed here) must reach every pinned
+    -- copy but the holder's own, or it may miss every copy of a majority the
+    -- holder still renews on (nodes removed or disabled on one side of a
+    -- partition). A row not pinned yet (from 0.2.0) counts every copy listed.
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_placement') IS NOT NULL THEN
+        SELECT pg_catalog.array_agg(p.groupid::pg_catalog.int8),
+               pg_catalog.array_agg(p.groupid::pg_catalog.int8) FILTER (WHERE n.isactive)
+          INTO listed, active
+          FROM pg_catalog.pg_dist_shard s
+          JOIN pg_catalog.pg_dist_placement p ON p.shardid = s.shardid
+          JOIN pg_catalog.pg_dist_node n ON n.groupid = p.groupid AND n.noderole = 'primary'
+         WHERE s.logicalrelid = (SELECT c.oid FROM pg_catalog.pg_class c
+                                  WHERE c.relname = 'leaf_worker'
+                                    AND c.relnamespace = (SELECT e.extnamespace FROM pg_catalog.pg_extension e
+                                                           WHERE e.extname = 'leaf_id'));
+        needed := CASE WHEN pinned IS NULL THEN listed
+                       WHEN pg_catalog.cardinality(pinned) >= 2 THEN pg_catalog.array_remove(pinned, holder)
+                       ELSE pinned END;
+        IF NOT (COALESCE(needed, '{}') OPERATOR(pg_catalog.<@) COALESCE(active, '{}')) THEN
+            RAISE EXCEPTION 'cannot release snowflake worker id %: the copies of leaf_worker that its holder''s lease counts are not all on active nodes here', id
+                USING ERRCODE = '55000',
+                      DETAIL = pg_catalog.format('The release must reach the copies on the nodes of Citus groups %s; the active nodes here are groups %s.',
+                                                 needed, COALESCE(active, '{}')),
+                      HINT = 'Activate the nodes (citus_activate_node) or add them back. A node removed while it may still run keeps its id.';
+        END IF;
+    END IF;
     -- Rename only: the row and its mark stay for the next owner, which so
     -- cannot reissue this id's IDs; the live owner's renewal then matches no
     -- row and it claims again. The owner token goes: nobody holds the id.
-    UPDATE @extschema@.leaf_worker w SET node_name = 'released:' OPERATOR(pg_catalog.||) id::text,
+    -- Every copy written must still have the owner and the pin read here
+    -- (a copy whose holder moved its pin since fails the release).
+    UPDATE @extschema@.leaf_worker w
+       SET node_name = CASE WHEN w.node_name = owner AND w.copies IS NOT DISTINCT FROM pinned
+                                 AND w.holder_copy IS NOT DISTINCT FROM holder
+                            THEN 'released:' OPERATOR(pg_catalog.||) id::text
+                            ELSE @extschema@.leaf_id_worker_row_conflict(w.worker_id, w.node_name, w.owner_token)::text END,
            owner_token = NULL
      WHERE w.worker_id = id;
     RETURN owner;

@@ -1,11 +1,49 @@
 -- leaf_id 0.1.0 -> 0.2.0 (ALTER EXTENSION leaf_id UPDATE).
 -- After this script the catalog equals a fresh install of 0.2.0
--- (tests/tap/056_extension_upgrade.pl compares both).
+-- (tests/tap/056_extension_upgrade.pl compares both; on Citus,
+-- tests/citus/218_citus_extension_update.pl runs it).
 \echo Use "ALTER EXTENSION leaf_id UPDATE TO '0.2.0'" to load this file. \quit
+
+-- On Citus, leaf_worker is a reference table, and Citus would send this DDL
+-- to the other nodes with the whole script as its text, which they refuse
+-- ("cannot insert multiple commands into a prepared statement"). Citus runs
+-- ALTER EXTENSION leaf_id UPDATE on every node anyway, so each node alters
+-- its own table and its own copy (the shard) here, with Citus' DDL
+-- propagation off for the script (and put back at its end).
+SELECT pg_catalog.set_config('leaf_id_update.ddl_propagation',
+                             pg_catalog.current_setting('citus.enable_ddl_propagation', true), true),
+       pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true)
+ WHERE pg_catalog.current_setting('citus.enable_ddl_propagation', true) IS NOT NULL;
 
 -- Snowflake mode: the owner token of the server lifetime holding a worker id.
 ALTER TABLE leaf_worker ADD COLUMN owner_token bigint;
 COMMENT ON COLUMN leaf_worker.owner_token IS 'Random token of the server lifetime that holds the id (NULL: closed cleanly or released); tells apart servers with one node name, such as a physical copy.';
+DO $do$
+DECLARE
+    shard record;
+BEGIN
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_shard') IS NULL THEN
+        RETURN;
+    END IF;
+    -- (Citus hides shards from pg_class unless told not to)
+    PERFORM pg_catalog.set_config('citus.enable_manual_changes_to_shards', 'on', true),
+            pg_catalog.set_config('citus.override_table_visibility', 'off', true);
+    FOR shard IN
+        SELECT n.nspname, c.relname
+          FROM pg_catalog.pg_dist_shard s
+          JOIN pg_catalog.pg_extension e ON e.extname = 'leaf_id'
+          JOIN pg_catalog.pg_class c
+            ON c.relnamespace = e.extnamespace
+           AND c.relname = 'leaf_worker_' OPERATOR(pg_catalog.||) s.shardid::pg_catalog.text
+          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+         WHERE s.logicalrelid = (SELECT t.oid FROM pg_catalog.pg_class t
+                                  WHERE t.relname = 'leaf_worker' AND t.relnamespace = e.extnamespace)
+    LOOP
+        EXECUTE pg_catalog.format('ALTER TABLE %I.%I ADD COLUMN owner_token bigint',
+                                  shard.nspname, shard.relname);
+    END LOOP;
+END
+$do$;
 
 -- Checks that the worker's guarded updates run on every copy of a row.
 CREATE FUNCTION "leaf_id_worker_row_conflict"(
@@ -294,3 +332,7 @@ BEGIN
     END LOOP;
 END
 $leaf_id_acl$;
+
+SELECT pg_catalog.set_config('citus.enable_ddl_propagation',
+                             pg_catalog.current_setting('leaf_id_update.ddl_propagation'), true)
+ WHERE pg_catalog.current_setting('leaf_id_update.ddl_propagation', true) IS NOT NULL;

@@ -27,7 +27,9 @@ CREATE TABLE leaf_worker (
     epoch_ms       bigint,
     heartbeat_at   timestamptz,
     created_at     timestamptz NOT NULL DEFAULT now(),
-    owner_token    bigint
+    owner_token    bigint,
+    copies         bigint[],
+    holder_copy    bigint
 );
 SELECT pg_catalog.pg_extension_config_dump('leaf_worker', '');
 
@@ -37,6 +39,8 @@ COMMENT ON COLUMN leaf_worker.node_name IS 'Node identity: leaf_id.node_name, or
 COMMENT ON COLUMN leaf_worker.last_timestamp IS 'Persisted high-water mark (Unix ms): no ID of this worker id has a later millisecond.';
 COMMENT ON COLUMN leaf_worker.epoch_ms IS 'leaf_id.epoch_ms in force when last_timestamp was written (a changed epoch moves the mark).';
 COMMENT ON COLUMN leaf_worker.heartbeat_at IS 'Time of the last renewal of last_timestamp.';
+COMMENT ON COLUMN leaf_worker.copies IS 'On Citus: the group ids of the nodes with the copies of leaf_worker that the holder''s renewals count a majority of, set by its claim and moved by the holder when the nodes change; a release or take-over must reach all but the holder''s own. NULL: not on Citus.';
+COMMENT ON COLUMN leaf_worker.holder_copy IS 'On Citus: the group id of the holder''s node (NULL: it had no copy of leaf_worker).';
 COMMENT ON COLUMN leaf_worker.owner_token IS 'Random token of the server lifetime that holds the id (NULL: closed cleanly or released); tells apart servers with one node name, such as a physical copy.';
 
 CREATE TABLE leaf_alloc_tuning (

@@ -21,9 +21,20 @@ pub struct Copies {
     shard: Shard,
     /// The other nodes holding a copy: (host, port).
     others: Vec<(String, i32)>,
+    /// The Citus group id of each of `others`: a copy's identity (a
+    /// disabled node's copy may be dropped and made again with another
+    /// placement id; a node removed and added again gets a new group).
+    other_groups: Vec<i64>,
+    /// The group id of this node, if it has a copy.
+    own_group: Option<i64>,
     /// The nodes holding a copy that Citus lists as inactive
     /// (`citus_disable_node`): writes through Citus skip them.
     disabled: Vec<(String, i32)>,
+    /// The group ids of the copies on active nodes: what a write
+    /// through Citus reaches.
+    active: Vec<i64>,
+    /// The group ids of every copy listed, active or not.
+    listed: Vec<i64>,
 }
 
 impl Copies {
@@ -34,6 +45,25 @@ impl Copies {
     pub fn shard(&self) -> &Shard {
         &self.shard
     }
+    /// The group ids a write through Citus reaches (active nodes).
+    pub fn active(&self) -> &[i64] {
+        &self.active
+    }
+    pub fn all_active(&self) -> bool {
+        self.disabled.is_empty()
+    }
+    pub fn own_group(&self) -> Option<i64> {
+        self.own_group
+    }
+}
+
+/// The copies of `leaf_worker` as this node's Citus metadata lists them,
+/// and whether this node has one; None when it is no Citus table.
+pub fn of_worker_registry_anywhere(
+    client: &mut SpiClient,
+    schema: &Schema,
+) -> Result<Option<(Copies, bool)>, JobError> {
+    placements(client, schema, Table::Worker)
 }
 
 /// The copies of `leaf_worker` when it is a Citus reference table with a
@@ -56,19 +86,6 @@ pub fn of_reference_table(
     Ok(placements(client, schema, table)?.and_then(|(copies, own)| own.then_some(copies)))
 }
 
-/// On a node that has no copy of its own of `leaf_worker` (added with
-/// `citus_add_node`, before `replicate_reference_tables`): every copy, as
-/// `others` (so `count()` means nothing here). Such a node reads and writes
-/// the registry through Citus, which reads one copy; a claim reads every
-/// copy's mark with this. None if the node has a copy or there is none.
-pub fn of_worker_registry_elsewhere(
-    client: &mut SpiClient,
-    schema: &Schema,
-) -> Result<Option<Copies>, JobError> {
-    Ok(placements(client, schema, Table::Worker)?
-        .and_then(|(copies, own)| (!own).then_some(copies)))
-}
-
 /// The placements of `table`: this node's (if `own`) as the shard, the
 /// others as `others`; None when it is no Citus table with placements.
 fn placements(
@@ -86,20 +103,28 @@ fn placements(
         .select(sql::REFERENCE_TABLE_PLACEMENTS, None, &[oid.into()])
         .map_err(spi_err)?;
     let mut shard = None;
-    let mut own = false;
+    let mut own_group = None;
     let mut others = Vec::new();
+    let mut other_groups = Vec::new();
     let mut disabled = Vec::new();
+    let mut active = Vec::new();
+    let mut listed = Vec::new();
     for row in rows {
         let id: i64 = row.get(1).map_err(spi_err)?.unwrap_or(0);
         let host: String = row.get(2).map_err(spi_err)?.unwrap_or_default();
         let port: i32 = row.get(3).map_err(spi_err)?.unwrap_or(0);
-        if !row.get::<bool>(5).map_err(spi_err)?.unwrap_or(true) {
+        let group: i64 = row.get(6).map_err(spi_err)?.unwrap_or(0);
+        listed.push(group);
+        if row.get::<bool>(5).map_err(spi_err)?.unwrap_or(true) {
+            active.push(group);
+        } else {
             disabled.push((host.clone(), port));
         }
         if row.get::<bool>(4).map_err(spi_err)?.unwrap_or(false) {
-            own = true;
+            own_group = Some(group);
         } else {
             others.push((host, port));
+            other_groups.push(group);
         }
         shard.get_or_insert(id);
     }
@@ -109,9 +134,13 @@ fn placements(
             Copies {
                 shard: schema.shard(table, id),
                 others,
+                other_groups,
+                own_group,
                 disabled,
+                active,
+                listed,
             },
-            own,
+            own_group.is_some(),
         )
     }))
 }
@@ -124,14 +153,7 @@ fn placements(
 /// disabled two live nodes of three would otherwise take their ids while they
 /// renew with each other). Refused with 55000 while a copy's node is disabled;
 /// `citus_activate_node` or `citus_remove_node` ends it.
-pub fn require_every_copy_active(
-    client: &mut SpiClient,
-    schema: &Schema,
-    worker_id: i64,
-) -> Result<(), JobError> {
-    let Some((copies, _)) = placements(client, schema, Table::Worker)? else {
-        return Ok(());
-    };
+pub fn require_every_copy_active(copies: &Copies, worker_id: i64) -> Result<(), JobError> {
     if copies.disabled.is_empty() {
         return Ok(());
     }
@@ -148,6 +170,140 @@ pub fn require_every_copy_active(
             nodes.join(", ")
         ),
     ))
+}
+
+/// The copies a worker id's lease counts (`quorum`): `copies` and
+/// `holder_copy` of its row, read through Citus (every copy has the same:
+/// only writes through Citus change them).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pin {
+    /// None: a row not pinned yet (catalog 0.2.0), whose lease counted every
+    /// copy listed.
+    pub copies: Option<Vec<i64>>,
+    pub holder: Option<i64>,
+}
+
+/// The pin of `worker_id`'s row (None: no such row).
+pub fn pin_of(
+    client: &mut SpiClient,
+    schema: &Schema,
+    worker_id: i64,
+) -> Result<Option<Pin>, JobError> {
+    let rows = client
+        .update(
+            &sql::worker_pin_read(schema),
+            None,
+            &[(worker_id as i32).into()],
+        )
+        .map_err(spi_err)?;
+    let Some(row) = rows.into_iter().next() else {
+        return Ok(None);
+    };
+    Ok(Some(Pin {
+        copies: row
+            .get::<Vec<Option<i64>>>(1)
+            .map_err(spi_err)?
+            .map(|v| v.into_iter().flatten().collect()),
+        holder: row.get::<i64>(2).map_err(spi_err)?,
+    }))
+}
+
+/// A write that ends another server's lease of `worker_id` (a take-back
+/// from another owner token) must reach every copy its lease counts but the
+/// holder's own (`quorum::missing_to_end_lease`): refused with 55000 when
+/// this node's metadata has them not all on active nodes (removed or
+/// disabled, as on one side of a partition).
+pub fn require_lease_end_reaches(
+    copies: &Copies,
+    pin: &Pin,
+    worker_id: i64,
+) -> Result<(), JobError> {
+    let missing = match &pin.copies {
+        Some(p) => quorum::missing_to_end_lease(p, pin.holder, &copies.active),
+        None => quorum::missing_to_end_lease(&copies.listed, None, &copies.active),
+    };
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(JobError::new(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!(
+            "could not take snowflake worker id {worker_id} from its holder: the copies of leaf_worker its lease counts (on the nodes of Citus groups {missing:?}) are not on active nodes here; \
+             activate the nodes or add them back"
+        ),
+    ))
+}
+
+/// Pin the copies a claim wrote (every active copy: a claim is refused
+/// while any is disabled) in the row of `worker_id`, through Citus, in the
+/// claim's transaction.
+pub fn pin_claim(
+    client: &mut SpiClient,
+    schema: &Schema,
+    copies: &Copies,
+    worker_id: i64,
+    node: &str,
+    token: i64,
+) -> Result<(), JobError> {
+    if !set_pin(client, schema, copies, None, worker_id, node, token)? {
+        return Err(JobError::new(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!(
+                "could not pin the copies of leaf_worker for worker id {worker_id}: its row is gone"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Move the pin of this node's row to the copies its metadata lists as
+/// active now, through Citus (every active copy), if `quorum::may_repin`
+/// allows it for `old`: the groups pinned now, or None when not needed or
+/// not allowed.
+pub fn repin(
+    client: &mut SpiClient,
+    schema: &Schema,
+    copies: &Copies,
+    old: &Pin,
+    worker_id: i64,
+    node: &str,
+    token: i64,
+) -> Result<Option<Vec<i64>>, JobError> {
+    if !quorum::may_repin(old.copies.as_deref(), &copies.active, copies.all_active()) {
+        return Ok(None);
+    }
+    Ok(
+        set_pin(client, schema, copies, Some(old), worker_id, node, token)?
+            .then(|| copies.active.clone()),
+    )
+}
+
+/// Write the active copies as the pin of `worker_id`'s row held by `node`
+/// and `token` (and, if `old` is given, still pinning `old` on every copy):
+/// whether the row was there.
+fn set_pin(
+    client: &mut SpiClient,
+    schema: &Schema,
+    copies: &Copies,
+    old: Option<&Pin>,
+    worker_id: i64,
+    node: &str,
+    token: i64,
+) -> Result<bool, JobError> {
+    let mut args: Vec<pgrx::datum::DatumWithOid> = vec![
+        (worker_id as i32).into(),
+        node.into(),
+        token.into(),
+        copies.active.clone().into(),
+        copies.own_group.into(),
+    ];
+    if let Some(old) = old {
+        args.push(old.copies.clone().into());
+    }
+    let done = client
+        .update(&sql::worker_set_pin(schema, old.is_some()), None, &args)
+        .map_err(spi_err)?;
+    Ok(!done.is_empty())
 }
 
 thread_local! {
@@ -254,7 +410,10 @@ fn on_other_copies(
 
 /// Renew the mark of `worker_id` to at least `mark` on this node's copy (in
 /// the caller's transaction, committed by it) and on every other copy (each
-/// committed on its own): Ok when a majority holds it.
+/// committed on its own): Ok when a majority of the copies the row pins
+/// holds it (`quorum::pinned_renewal_holds`; of every copy listed for a row
+/// not pinned yet), with whether the holder should move its pin
+/// (`repin`).
 #[allow(clippy::too_many_arguments)]
 pub fn renew_on_majority(
     client: &mut SpiClient,
@@ -267,12 +426,12 @@ pub fn renew_on_majority(
     mark: i64,
     epoch: i64,
     remote_lock_timeout_ms: i64,
-) -> Result<(), JobError> {
+) -> Result<bool, JobError> {
     // this node's copy first: if it is not ours (55006), nothing else is
     client
         .update(sql::ALLOW_SHARD_WRITES, None, &[])
         .map_err(spi_err)?;
-    let own = client
+    let renewed = client
         .update(
             &sql::shard_worker_renew(schema, &copies.shard),
             None,
@@ -284,9 +443,23 @@ pub fn renew_on_majority(
                 token.into(),
             ],
         )
-        .map_err(spi_err)?
-        .len()
-        == 1;
+        .map_err(spi_err)?;
+    let own = renewed.len() == 1;
+    let pin = if own {
+        let row = renewed.first();
+        Pin {
+            copies: row
+                .get::<Vec<Option<i64>>>(2)
+                .map_err(spi_err)?
+                .map(|v| v.into_iter().flatten().collect()),
+            holder: row.get::<i64>(3).map_err(spi_err)?,
+        }
+    } else {
+        Pin {
+            copies: None,
+            holder: None,
+        }
+    };
     if !own {
         return Err(JobError::new(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
@@ -315,20 +488,40 @@ pub fn renew_on_majority(
     )?;
     // each other copy through a helper process of its own, so that a node
     // that hangs with the statement in flight holds only that helper
-    for answer in crate::citus::renewal_helper::run_on_others(
+    let mut took = Vec::new();
+    for (i, answer) in crate::citus::renewal_helper::run_on_others(
         db,
         &copies.others,
         &command,
         std::time::Duration::from_millis(crate::runtime::transaction::renewal_wait_ms() as u64),
-    ) {
+    )
+    .into_iter()
+    .enumerate()
+    {
         match answer {
-            Ok(_) => acks += 1,
+            Ok(_) => {
+                acks += 1;
+                took.push(copies.other_groups[i]);
+            }
             Err(failure) => failures.push(failure),
         }
     }
-    if quorum::renewal_holds(own, acks, copies.count()) {
+    // the copies this lease counts: those its claim pinned (a row from
+    // catalog 0.2.0 not pinned yet: every copy listed)
+    let (counted, holds) = match &pin.copies {
+        Some(p) => (
+            p.len(),
+            quorum::pinned_renewal_holds(p, copies.own_group, own, &took),
+        ),
+        None => (
+            copies.count(),
+            quorum::renewal_holds(own, acks, copies.count()),
+        ),
+    };
+    if holds {
         note_degraded(worker_id, 1 + acks, copies.count(), &failures);
-        return Ok(());
+        let repin = quorum::may_repin(pin.copies.as_deref(), &copies.active, copies.all_active());
+        return Ok(repin);
     }
     // a copy that another token holds means the row was taken over: the
     // caller claims again; otherwise nodes are unreachable
@@ -342,10 +535,11 @@ pub fn renew_on_majority(
             PgSqlErrorCode::ERRCODE_CONNECTION_FAILURE
         },
         format!(
-            "the snowflake lease of worker id {worker_id} was renewed on {} of {} copies of leaf_worker, fewer than a majority ({}); not on: {}",
+            "the snowflake lease of worker id {worker_id} was renewed on {} of {} copies of leaf_worker, fewer than a majority of the {} copies its claim pinned ({}); not on: {}",
             1 + acks,
             copies.count(),
-            quorum::majority(copies.count()),
+            counted,
+            quorum::majority(counted),
             failures.join("; ")
         ),
     ))

@@ -25,25 +25,37 @@ use std::panic::AssertUnwindSafe;
 /// The catalog version (the extension's SQL objects) this library serves.
 pub const CATALOG_VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// The one older catalog the library still serves, for segment mode only:
-/// 0.1.0's leaf_worker has no owner_token, which snowflake mode needs.
+/// The older catalogs the library still serves, for segment mode only:
+/// 0.1.0's leaf_worker has no owner_token and 0.2.0's no pinned copies
+/// (`copies`, `holder_copy`), which snowflake mode needs; 0.1.0 also has no
+/// leaf_alloc_tuning (`catalog_is_legacy`).
+pub const OLDER_CATALOGS: &[&str] = &["0.1.0", "0.2.0"];
+
+/// The oldest catalog served: no owner token, no tuning table.
 pub const LEGACY_CATALOG: &str = "0.1.0";
 
 thread_local! {
-    static JOB_CATALOG_IS_LEGACY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The running job's catalog version, when it is not `CATALOG_VERSION`.
+    static JOB_CATALOG: std::cell::Cell<Option<&'static str>> = const { std::cell::Cell::new(None) };
 }
 
-/// Is the running job's database still on `LEGACY_CATALOG`?
+/// Is the running job's database on `LEGACY_CATALOG` (0.1.0)?
 pub fn catalog_is_legacy() -> bool {
-    JOB_CATALOG_IS_LEGACY.with(|c| c.get())
+    JOB_CATALOG.with(|c| c.get()) == Some(LEGACY_CATALOG)
+}
+
+/// Is the running job's database on an older catalog than the library's?
+pub fn catalog_is_older() -> bool {
+    JOB_CATALOG.with(|c| c.get()).is_some()
 }
 
 /// The error of a job that needs the current catalog.
 pub fn needs_current_catalog(what: &str) -> JobError {
+    let version = JOB_CATALOG.with(|c| c.get()).unwrap_or(LEGACY_CATALOG);
     JobError::new(
         PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
         format!(
-            "{what} needs leaf_id's catalog version {CATALOG_VERSION}; this database has {LEGACY_CATALOG}: run ALTER EXTENSION leaf_id UPDATE"
+            "{what} needs leaf_id's catalog version {CATALOG_VERSION}; this database has {version}: run ALTER EXTENSION leaf_id UPDATE"
         ),
     )
 }
@@ -184,9 +196,10 @@ pub(crate) fn in_transaction<T>(
         let result = match installed_extension() {
             Err(e) => Err(e),
             Ok(Some((schema, version)))
-                if version == CATALOG_VERSION || version == LEGACY_CATALOG =>
+                if version == CATALOG_VERSION || OLDER_CATALOGS.contains(&version.as_str()) =>
             {
-                JOB_CATALOG_IS_LEGACY.with(|c| c.set(version == LEGACY_CATALOG));
+                let older = OLDER_CATALOGS.iter().copied().find(|v| *v == version);
+                JOB_CATALOG.with(|c| c.set(older));
                 (job.0)(&schema)
             }
             Ok(Some((_, version))) => Err(JobError::new(

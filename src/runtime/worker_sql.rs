@@ -150,10 +150,13 @@ pub const IS_CITUS_TABLE: &str = "SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_
      WHERE logicalrelid OPERATOR(pg_catalog.=) $1::pg_catalog.oid::pg_catalog.regclass)";
 
 /// The placements of the reference table of OID $1 on primary nodes: shard
-/// id, host, port, whether it is this node's, whether the node is active.
+/// id, host, port, whether it is this node's, whether the node is active,
+/// the node's group id (a copy's identity: a disabled node's copy may be
+/// dropped and made again with a new placement id, while a node removed and
+/// added again gets a new group).
 pub const REFERENCE_TABLE_PLACEMENTS: &str = "SELECT s.shardid, n.nodename::pg_catalog.text, n.nodeport, \
      n.groupid OPERATOR(pg_catalog.=) (SELECT groupid FROM pg_catalog.pg_dist_local_group), \
-     n.isactive \
+     n.isactive, p.groupid::pg_catalog.int8 \
      FROM pg_catalog.pg_dist_shard s \
      JOIN pg_catalog.pg_dist_placement p ON p.shardid OPERATOR(pg_catalog.=) s.shardid \
      JOIN pg_catalog.pg_dist_node n ON n.groupid OPERATOR(pg_catalog.=) p.groupid \
@@ -283,12 +286,19 @@ pub fn worker_take_released(s: &Schema) -> String {
     )
 }
 
-/// Release id $1 of node $2 (renamed $3), keeping its mark.
+/// Release id $1 of node $2 (renamed $3), keeping its mark, if it has the
+/// token $4 read (0: none), and that token is this server's $5 or its
+/// lease is before $6; every copy must agree.
 pub fn worker_release(s: &Schema) -> String {
     format!(
-        "UPDATE {} SET node_name = $3, owner_token = NULL \
-         WHERE worker_id OPERATOR(pg_catalog.=) $1 AND node_name OPERATOR(pg_catalog.=) $2",
-        s.table(Table::Worker)
+        "UPDATE {} SET node_name = CASE \
+         WHEN node_name OPERATOR(pg_catalog.=) $2 AND COALESCE(owner_token, 0) OPERATOR(pg_catalog.=) $4 \
+         AND (owner_token IS NULL OR owner_token OPERATOR(pg_catalog.=) $5 \
+              OR COALESCE(last_timestamp, -1) OPERATOR(pg_catalog.<) $6) THEN $3 \
+         ELSE {}(worker_id, node_name, owner_token)::pg_catalog.text END, owner_token = NULL \
+         WHERE worker_id OPERATOR(pg_catalog.=) $1",
+        s.table(Table::Worker),
+        s.function("leaf_id_worker_row_conflict")
     )
 }
 
@@ -309,12 +319,15 @@ pub fn shard_worker_mark(shard: &Shard) -> String {
 }
 
 /// Take back id $1 of node $2 from token $3 (0: none) for token $4, when
-/// its lease is before $5 or it has no token; every copy must agree.
+/// its lease is before $5 or it has no token, and its pin is $6, $7 (as
+/// checked); every copy must agree.
 pub fn worker_take_back(s: &Schema) -> String {
     format!(
         "UPDATE {} SET owner_token = CASE \
          WHEN node_name OPERATOR(pg_catalog.=) $2 AND COALESCE(owner_token, 0) OPERATOR(pg_catalog.=) $3 \
-         AND (owner_token IS NULL OR COALESCE(last_timestamp, -1) OPERATOR(pg_catalog.<) $5) THEN $4 \
+         AND (owner_token IS NULL OR COALESCE(last_timestamp, -1) OPERATOR(pg_catalog.<) $5) \
+         AND copies IS NOT DISTINCT FROM $6::pg_catalog.int8[] \
+         AND holder_copy IS NOT DISTINCT FROM $7::pg_catalog.int8 THEN $4 \
          ELSE {}(worker_id, node_name, owner_token) END \
          WHERE worker_id OPERATOR(pg_catalog.=) $1 \
          RETURNING worker_id",
@@ -343,7 +356,36 @@ fn renew_in(s: &Schema, relation: &str) -> String {
          ELSE {}(worker_id, node_name, owner_token) END, \
          epoch_ms = $4, heartbeat_at = pg_catalog.now() \
          WHERE worker_id OPERATOR(pg_catalog.=) $2 \
-         RETURNING last_timestamp",
+         RETURNING last_timestamp, copies, holder_copy",
+        s.function("leaf_id_worker_row_conflict")
+    )
+}
+
+/// The copies id $1's lease counts and the holder's own (`citus::copies::Pin`).
+pub fn worker_pin_read(s: &Schema) -> String {
+    format!(
+        "SELECT copies, holder_copy FROM {} WHERE worker_id OPERATOR(pg_catalog.=) $1",
+        s.table(Table::Worker)
+    )
+}
+
+/// Pin copies $4 (holder's own $5) in the row of id $1 if node $2 with
+/// token $3 holds it (and, with `check_old`, if every copy still pins $6);
+/// every copy must agree.
+pub fn worker_set_pin(s: &Schema, check_old: bool) -> String {
+    let old = if check_old {
+        " AND copies IS NOT DISTINCT FROM $6::pg_catalog.int8[]"
+    } else {
+        ""
+    };
+    format!(
+        "UPDATE {} SET holder_copy = CASE \
+         WHEN node_name OPERATOR(pg_catalog.=) $2 AND owner_token OPERATOR(pg_catalog.=) $3{old} \
+         THEN $5::pg_catalog.int8 ELSE {}(worker_id, node_name, owner_token) END, \
+         copies = $4::pg_catalog.int8[] \
+         WHERE worker_id OPERATOR(pg_catalog.=) $1 \
+         RETURNING worker_id",
+        s.table(Table::Worker),
         s.function("leaf_id_worker_row_conflict")
     )
 }

@@ -10,7 +10,7 @@ use crate::runtime::transaction::in_transaction;
 use crate::settings;
 use crate::snowflake::lease_claim::{claim, configured_worker_id, publish_claim};
 use crate::snowflake::lease_close::close_and_persist;
-use crate::snowflake::lease_renew::renew;
+use crate::snowflake::lease_renew::{renew, repin};
 use pgrx::prelude::*;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
@@ -21,13 +21,19 @@ pub struct SnowflakeJobs {
     /// (worker id setting, node name) of the last claim: a reload that
     /// changes either makes the worker claim again
     claimed_with: Option<(Option<i64>, String)>,
+    /// No pin move before this (after one that failed or was not allowed).
+    repin_after: Option<Instant>,
 }
+
+/// How long a pin move that failed waits before the next try.
+const REPIN_RETRY: Duration = Duration::from_secs(10);
 
 impl SnowflakeJobs {
     pub fn new() -> SnowflakeJobs {
         SnowflakeJobs {
             last_heartbeat: None,
             claimed_with: None,
+            repin_after: None,
         }
     }
 
@@ -92,14 +98,17 @@ impl SnowflakeJobs {
                 match renewed {
                     // in_transaction refuses a commit that a synchronous
                     // standby has not confirmed
-                    Ok(mark) => {
+                    Ok((mark, repin)) => {
                         // noted before the generator may issue up to it
                         sh.note_worker_id_lease(
                             slot.generator.worker_id(),
                             slot.dboid.load(SeqCst),
                             mark,
                         );
-                        slot.generator.lease_ms.store(mark, SeqCst)
+                        slot.generator.lease_ms.store(mark, SeqCst);
+                        if repin {
+                            self.move_pin(db);
+                        }
                     }
                     Err(e) => {
                         ctx.note(&e);
@@ -119,6 +128,32 @@ impl SnowflakeJobs {
                     }
                 }
                 sh.broadcast(ctx.db);
+            }
+        }
+    }
+
+    /// The Citus nodes with a copy of leaf_worker changed since the claim:
+    /// move the row's pin to them (`lease_renew::repin`), in a transaction
+    /// of its own. A failure (a node unreachable) is logged and retried,
+    /// at most every `REPIN_RETRY`; renewals meanwhile count the old pin.
+    fn move_pin(&mut self, db: usize) {
+        if self.repin_after.is_some_and(|t| Instant::now() < t) {
+            return;
+        }
+        match in_transaction(|schema| repin(schema, db)) {
+            Ok(Some((worker_id, groups))) => {
+                self.repin_after = None;
+                pgrx::log!(
+                    "leaf_id: the snowflake lease of worker id {worker_id} now counts the copies of leaf_worker on Citus groups {groups:?}"
+                );
+            }
+            Ok(None) => self.repin_after = Some(Instant::now() + REPIN_RETRY),
+            Err(e) => {
+                self.repin_after = Some(Instant::now() + REPIN_RETRY);
+                pgrx::log!(
+                    "leaf_id: could not move the snowflake lease to the copies of leaf_worker listed now (renewals count the copies of the claim): {}",
+                    e.message
+                );
             }
         }
     }

@@ -65,7 +65,7 @@ fn used_by_other_databases(db: usize) -> Vec<i64> {
 /// Claim (or re-take) this node's worker id and persist a first mark. The
 /// generator is closed (`SnowflakeJobs::claim`).
 pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
-    if crate::runtime::transaction::catalog_is_legacy() {
+    if crate::runtime::transaction::catalog_is_older() {
         return Err(crate::runtime::transaction::needs_current_catalog(
             "snowflake mode",
         ));
@@ -165,7 +165,21 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
                 }
                 ClaimPlan::Move { release, take: t } => {
                     wrote_registry = true;
-                    // keep the old id's row and mark for whoever takes it next
+                    // keep the old id's row and mark for whoever takes it next;
+                    // only this server's, or one whose holder can no longer
+                    // issue (as for a take-back)
+                    let row = rows
+                        .iter()
+                        .find(|r| r.worker_id == release)
+                        .expect("planned from rows");
+                    let now = clock_ms();
+                    match claim::own_row(row, token, now) {
+                        OwnRow::Mine => {}
+                        OwnRow::TakeBack => require_lease_end_reaches(client, schema, row)?,
+                        OwnRow::LeaseLive { .. } => {
+                            return Err(held_by_live_server(release, &node));
+                        }
+                    }
                     client
                         .update(
                             &sql::worker_release(schema),
@@ -174,6 +188,9 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
                                 (release as i32).into(),
                                 node.as_str().into(),
                                 claim::released_name(release).as_str().into(),
+                                row.owner_token.unwrap_or(0).into(),
+                                token.into(),
+                                now.into(),
                             ],
                         )
                         .map_err(spi_err)?;
@@ -208,9 +225,12 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
                     ));
                 }
             };
-            if wrote_registry {
+            let citus = crate::citus::copies::of_worker_registry_anywhere(client, schema)?;
+            if let (true, Some((copies, _))) = (wrote_registry, &citus) {
                 // (rolled back with the write when refused)
-                crate::citus::copies::require_every_copy_active(client, schema, id)?;
+                crate::citus::copies::require_every_copy_active(copies, id)?;
+                // the copies this claim wrote are the ones its lease counts
+                crate::citus::copies::pin_claim(client, schema, copies, id, &node, token)?;
             }
             // no FOR UPDATE: on a Citus reference table it locks on the first
             // worker node too, which may be down; a change of the row after
@@ -225,12 +245,12 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
             let mut mark = claim::floor_for_epoch(mark, mark_epoch, epoch).map_err(|e| {
                 JobError::new(PgSqlErrorCode::ERRCODE_DATA_CORRUPTED, e.describe(id))
             })?;
-            if let Some(copies) = crate::citus::copies::of_worker_registry(client, schema)? {
+            if let Some((copies, true)) = &citus {
                 // this node's own copy, read without Citus (which may read
                 // another copy): it is in every majority that granted this
                 // node a lease, so a restart's floor covers them all
                 mark = mark.max(crate::citus::copies::mark_on_own_copy(
-                    client, &copies, id, epoch,
+                    client, copies, id, epoch,
                 )?);
                 // this node's copy may have missed leases that a majority
                 // granted (a released row's last holder went on renewing
@@ -238,7 +258,7 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
                 // copy's mark as well
                 if wrote_registry {
                     mark = mark.max(crate::citus::copies::highest_mark_on_other_copies(
-                        client, schema, &copies, id, epoch,
+                        client, schema, copies, id, epoch,
                     )?);
                     mark = mark.max(released_at);
                     waits_for_release = released_at > 0;
@@ -246,11 +266,9 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
             } else if wrote_registry {
                 // no copy here: the mark read through Citus came from one
                 // copy, which may have missed the last holder's leases
-                if let Some(all) =
-                    crate::citus::copies::of_worker_registry_elsewhere(client, schema)?
-                {
+                if let Some((all, false)) = &citus {
                     mark = mark.max(crate::citus::copies::highest_mark_on_other_copies(
-                        client, schema, &all, id, epoch,
+                        client, schema, all, id, epoch,
                     )?);
                     mark = mark.max(released_at);
                     waits_for_release = released_at > 0;
@@ -299,7 +317,7 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
     // a claim that wrote through Citus renews through it as well (its own
     // uncommitted write locks every copy); one that only found its own row
     // (a restart of this data directory) needs a majority of the copies
-    let lease = persist(
+    let (lease, _) = persist(
         db,
         schema,
         worker_id,
@@ -330,6 +348,12 @@ fn take_back(
     token: i64,
     now_ms: i64,
 ) -> Result<bool, JobError> {
+    let Some(pin) = crate::citus::copies::pin_of(client, schema, row.worker_id)? else {
+        return Ok(false);
+    };
+    if row.owner_token.is_some() {
+        require_pin_reached(client, schema, &pin, row.worker_id)?;
+    }
     let got = client
         .update(
             &sql::worker_take_back(schema),
@@ -340,6 +364,8 @@ fn take_back(
                 row.owner_token.unwrap_or(0).into(),
                 token.into(),
                 now_ms.into(),
+                pin.copies.clone().into(),
+                pin.holder.into(),
             ],
         )
         .map_err(spi_err)?;
@@ -353,6 +379,37 @@ fn take_back(
         );
     }
     Ok(!got.is_empty())
+}
+
+/// On Citus, a write that ends another server's lease of `row` must reach
+/// every copy that lease counts (`citus::copies::require_lease_end_reaches`);
+/// a row without an owner token has no lease to end.
+fn require_lease_end_reaches(
+    client: &mut SpiClient,
+    schema: &Schema,
+    row: &RegistryRow,
+) -> Result<(), JobError> {
+    if row.owner_token.is_none() {
+        return Ok(());
+    }
+    match crate::citus::copies::pin_of(client, schema, row.worker_id)? {
+        Some(pin) => require_pin_reached(client, schema, &pin, row.worker_id),
+        None => Ok(()),
+    }
+}
+
+fn require_pin_reached(
+    client: &mut SpiClient,
+    schema: &Schema,
+    pin: &crate::citus::copies::Pin,
+    worker_id: i64,
+) -> Result<(), JobError> {
+    match crate::citus::copies::of_worker_registry_anywhere(client, schema)? {
+        Some((copies, _)) => {
+            crate::citus::copies::require_lease_end_reaches(&copies, pin, worker_id)
+        }
+        None => Ok(()),
+    }
 }
 
 /// The floor of a released row taken now: above every lease its last holder

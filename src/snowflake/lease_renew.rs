@@ -31,7 +31,8 @@ pub(crate) fn lease_ahead() -> Result<i64, JobError> {
 }
 
 /// Write the mark; the generator may use it only after the commit. Returns
-/// the row's mark after the update (never below `mark`). Every copy of the
+/// the row's mark after the update (never below `mark`), and whether the
+/// holder should move the row's pin (`repin`). Every copy of the
 /// row must still be this server's (node name and owner token), or the
 /// statement fails (`citus::guard`). On Citus, unless `through_citus`, the copies
 /// are written one by one and a majority is enough (`snowflake::quorum`), so
@@ -43,8 +44,8 @@ pub(crate) fn persist(
     node: &str,
     mark: i64,
     through_citus: bool,
-) -> Result<i64, JobError> {
-    if crate::runtime::transaction::catalog_is_legacy() {
+) -> Result<(i64, bool), JobError> {
+    if crate::runtime::transaction::catalog_is_older() {
         return Err(crate::runtime::transaction::needs_current_catalog(
             "snowflake mode",
         ));
@@ -53,7 +54,7 @@ pub(crate) fn persist(
     if !through_citus {
         let renewed = Spi::connect_mut(|client| {
             let Some(copies) = crate::citus::copies::of_worker_registry(client, schema)? else {
-                return Ok(false);
+                return Ok(None);
             };
             crate::citus::copies::renew_on_majority(
                 client,
@@ -67,10 +68,10 @@ pub(crate) fn persist(
                 crate::snowflake::sql::epoch(),
                 crate::runtime::transaction::citus_connect_timeout_ms(),
             )
-            .map(|()| true)
+            .map(Some)
         })?;
-        if renewed {
-            return Ok(mark);
+        if let Some(repin) = renewed {
+            return Ok((mark, repin));
         }
     }
     let updated = Spi::connect_mut(|client| {
@@ -96,7 +97,7 @@ pub(crate) fn persist(
             })
     })?;
     match updated {
-        Some(m) if m >= mark => Ok(m),
+        Some(m) if m >= mark => Ok((m, false)),
         _ => Err(JobError::new(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             format!(
@@ -109,10 +110,40 @@ pub(crate) fn persist(
 /// Renew the mark with the claimed worker id and node name (settings changed
 /// since take effect at the next claim): the commit happens in the caller
 /// (`in_transaction`), the mark is used only after it.
-pub(crate) fn renew(schema: &Schema, db: usize) -> Result<i64, JobError> {
+pub(crate) fn renew(schema: &Schema, db: usize) -> Result<(i64, bool), JobError> {
     let slot = shared().expect("shared memory").db(db);
     let worker_id = slot.generator.worker_id();
     // never below the current lease: the row must cover what may be issued
     let mark = (clock_ms() + lease_ahead()?).max(slot.generator.lease_ms.load(SeqCst));
     persist(db, schema, worker_id, &slot.node_name(), mark, false)
+}
+
+/// Move the pin of this node's row to the copies its Citus metadata lists
+/// as active now (`citus::copies::repin`), after a renewal that held found
+/// them different: the worker id and the groups pinned now, when moved.
+pub(crate) fn repin(schema: &Schema, db: usize) -> Result<Option<(i64, Vec<i64>)>, JobError> {
+    if crate::runtime::transaction::catalog_is_older() {
+        return Ok(None);
+    }
+    let slot = shared().expect("shared memory").db(db);
+    let worker_id = slot.generator.worker_id();
+    let token = shared().expect("shared memory").owner_token();
+    Spi::connect_mut(|client| {
+        let Some(copies) = crate::citus::copies::of_worker_registry(client, schema)? else {
+            return Ok(None);
+        };
+        let Some(old) = crate::citus::copies::pin_of(client, schema, worker_id)? else {
+            return Ok(None);
+        };
+        crate::citus::copies::repin(
+            client,
+            schema,
+            &copies,
+            &old,
+            worker_id,
+            &slot.node_name(),
+            token,
+        )
+        .map(|moved| moved.map(|groups| (worker_id, groups)))
+    })
 }

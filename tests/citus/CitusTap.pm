@@ -17,13 +17,14 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep time);
+use SegmentTap ();
 
 our @EXPORT = qw(
   SHARE_TABLES_SQL
   citus_node citus_cluster add_citus_node node_label
   run_sessions leaf_worker_id_of start_after_kill9
   DRAWLOG_SQL start_drawing stop_drawing summary first_ok_after
-  shard_of hold_shard_row stop_node snowflake_wids_of
+  shard_of hold_shard_row stop_node snowflake_wids_of snowflake_calls
 );
 
 # The one documented set-up statement, run on the coordinator after
@@ -304,5 +305,31 @@ sub first_ok_after
 		"SELECT coalesce(min(t), 0) FROM drawlog WHERE session = '$session' AND id IS NOT NULL AND t >= $from");
 }
 
+# Call leaf_snowflake_next() on $node every 200 ms for $seconds. Returns a
+# hash: ids (the IDs issued), with (how many of them have a worker id in
+# @$wids), refused (how many calls failed), last (the try_sql result of the
+# last call).
+sub snowflake_calls
+{
+	my ($node, $seconds, $wids) = @_;
+	my %want = map { $_ => 1 } @$wids;
+	my %out = (ids => [], with => 0, refused => 0);
+	my $end = time + $seconds;
+	while (time < $end)
+	{
+		my $r = SegmentTap::try_sql($node, 'postgres',
+			'SELECT x, (leaf_snowflake_decode(x)).worker_id FROM leaf_snowflake_next() x');
+		$out{last} = $r;
+		if ($r->{ret} == 0)
+		{
+			my ($x, $w) = split /\|/, $r->{out};
+			push @{ $out{ids} }, $x;
+			$out{with}++ if $want{$w};
+		}
+		else { $out{refused}++ }
+		usleep(200_000);
+	}
+	return %out;
+}
 
 1;

@@ -127,6 +127,35 @@ else
 	diag 'only in a fresh install: ' . join("\n  ", grep { !$u{$_} } sort keys %f);
 }
 
+# --- from 0.2.0 (the previous version) -----------------------------------------
+like($node->safe_psql('postgres',
+		"SELECT string_agg(version, ',' ORDER BY version) FROM pg_available_extension_versions WHERE name = 'leaf_id'"),
+	qr/^0\.1\.0,0\.2\.0,/, '0.2.0 is still installable');
+$node->safe_psql('postgres', 'CREATE DATABASE from020');
+$node->safe_psql('from020', q{
+CREATE EXTENSION leaf_id VERSION '0.2.0';
+INSERT INTO leaf_alloc (biz_tag, step) VALUES ('u', 10);
+CREATE TABLE ids (phase int, id bigint);
+});
+$r = try_sql($node, 'from020',
+	"INSERT INTO ids SELECT 1, leaf_segment_next('u') FROM generate_series(1, 95)");
+is($r->{ret}, 0, 'segment mode works on the 0.2.0 catalog') or diag $r->{err};
+$r = try_sql($node, 'from020', 'SELECT leaf_snowflake_next()');
+is($r->{sqlstate}, '55000', 'snowflake mode on the 0.2.0 catalog: refused with 55000') or diag $r->{err};
+like($r->{err}, qr/needs leaf_id's catalog version \Q$version\E; this database has 0\.2\.0: run ALTER EXTENSION leaf_id UPDATE/,
+	'the refusal names the versions and the fix');
+$node->safe_psql('from020', 'ALTER EXTENSION leaf_id UPDATE');
+$r = try_sql($node, 'from020',
+	"INSERT INTO ids SELECT 2, leaf_segment_next('u') FROM generate_series(1, 95); "
+	  . 'INSERT INTO ids SELECT 3, leaf_snowflake_next() FROM generate_series(1, 1000)');
+is($r->{ret}, 0, 'both modes work after the update from 0.2.0') or diag $r->{err};
+is( $node->safe_psql('from020',
+		'SELECT (SELECT min(id) FROM ids WHERE phase = 2) > (SELECT max(id) FROM ids WHERE phase = 1) '
+		  . 'AND (SELECT count(*) - count(DISTINCT id) FROM ids) = 0'),
+	't', 'segment IDs go on above those before, and no ID twice');
+is($node->safe_psql('from020', $describe), $fresh,
+	'the catalog updated from 0.2.0 equals a fresh install of ' . $version);
+
 # --- a catalog version the library does not serve -------------------------------
 $node->safe_psql('fresh', q{
 INSERT INTO leaf_alloc (biz_tag, step) VALUES ('v', 10);

@@ -1,0 +1,75 @@
+# leaf_id on Citus: ALTER EXTENSION leaf_id UPDATE from 0.1.0 and from 0.2.0
+# on the coordinator, with leaf_alloc and leaf_worker as reference tables.
+# Each update adds columns to leaf_worker (the owner token, the pinned
+# copies); every node's copy, the shard tables included, must get them, and
+# both modes must work on every node after it. Before the scripts altered
+# each node's shard themselves, Citus sent the ALTER TABLE to the other nodes
+# with the whole script as its text, and the update failed ("cannot insert
+# multiple commands into a prepared statement").
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use lib "$FindBin::RealBin/../tap";
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use CitusTap;
+use SegmentTap qw(wait_until try_sql);
+
+for my $from ('0.1.0', '0.2.0')
+{
+	my $coord = citus_node("coord_" . ($from =~ s/\.//gr));
+	my @workers = map { citus_node("worker${_}_" . ($from =~ s/\.//gr)) } 1 .. 2;
+	$coord->safe_psql('postgres',
+		"SELECT citus_set_coordinator_host('127.0.0.1', " . $coord->port . ')');
+	add_citus_node($coord, $_) for @workers;
+	$coord->safe_psql('postgres', "CREATE EXTENSION leaf_id VERSION '$from'");
+	$coord->safe_psql('postgres',
+		q{SELECT create_reference_table('leaf_alloc'), create_reference_table('leaf_worker')});
+	$coord->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) VALUES ('u', 10)});
+	my $version = $coord->safe_psql('postgres',
+		"SELECT default_version FROM pg_available_extensions WHERE name = 'leaf_id'");
+
+	for my $n ($coord, @workers)
+	{
+		is(try_sql($n, 'postgres', "SELECT leaf_segment_next('u') > 0")->{out},
+			't', $n->name . ": segment mode on the $from catalog");
+	}
+
+	$coord->safe_psql('postgres', 'ALTER EXTENSION leaf_id UPDATE');
+	my $shard_columns = q{
+	SET citus.override_table_visibility = off;
+	SELECT string_agg(c.relname || '.' || a.attname, ',' ORDER BY c.relname)
+	FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
+	WHERE c.relname ~ '^leaf_worker(_[0-9]+)?$' AND a.attname IN ('copies', 'holder_copy') AND NOT a.attisdropped};
+	for my $n ($coord, @workers)
+	{
+		is($n->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'leaf_id'}),
+			$version, $n->name . ": the catalog is $version (from $from)");
+		my $cols = $n->safe_psql('postgres', $shard_columns);
+		my $tables = () = $cols =~ /\.copies/g;
+		my $tokens = () = $n->safe_psql('postgres', $shard_columns =~ s/'copies', 'holder_copy'/'owner_token'/r) =~ /\.owner_token/g;
+		is($tokens, 2, $n->name . ': leaf_worker and its shard both have owner_token');
+		is($tables, 2, $n->name . ': leaf_worker and its shard both have the new columns') or diag $cols;
+	}
+	for my $n ($coord, @workers)
+	{
+		my $r;
+		ok( wait_until(
+				30,
+				sub {
+					$r = try_sql($n, 'postgres', "SELECT leaf_snowflake_next() > 0, leaf_segment_next('u') > 0");
+					$r->{out} eq 't|t';
+				}),
+			$n->name . ': both modes work after the update')
+		  or diag $r->{err};
+	}
+	is( $coord->safe_psql('postgres',
+			'SELECT count(*) FROM leaf_worker WHERE pg_catalog.cardinality(copies) = 3 AND holder_copy IS NOT NULL'),
+		3, "each node pinned the three copies in its row (from $from)");
+
+	$_->stop for (@workers, $coord);
+}
+done_testing();
