@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Helpers to run a throwaway PostgreSQL 15 cluster as the postgres OS user.
-# Source this file; then: cluster_init DIR PORT, cluster_start DIR, cluster_stop DIR [MODE].
+# Helpers to run a throwaway PostgreSQL cluster as the postgres OS user, of
+# the server scripts/pg.sh picks (PG_CONFIG or PG_MAJOR; the system 15 by
+# default). Source this file; then: cluster_init DIR PORT, cluster_start DIR,
+# cluster_stop DIR [MODE].
 # Every cluster is made with the C locale, UTF8 encoding and lc_messages = 'C',
 # so that server messages (and the expected output that shows them) do not
 # depend on the machine's locale.
-PGBIN=/usr/lib/postgresql/15/bin
+. "$(dirname "${BASH_SOURCE[0]}")/pg.sh"
 
 as_pg() { runuser -u postgres -- "$@"; }
 

@@ -1,31 +1,37 @@
 #!/usr/bin/env bash
-# Builds a Debian package of leaf_id for the system PostgreSQL 15:
-#   target/debian/postgresql-15-leaf-id_<version>_<arch>.deb
+# Builds a Debian package of leaf_id for one PostgreSQL major (the system
+# PostgreSQL 15, or PG_CONFIG=... / PG_MAJOR=18, scripts/pg.sh):
+#   target/debian/postgresql-<major>-leaf-id_<version>_<arch>.deb
 # (Debian's naming for extension packages: postgresql-<major>-<name>), from the
-# output of `cargo pgrx package` (target/release/leaf_id-pg15) plus the frozen
+# output of `cargo pgrx package` (leaf_id-pg<major>), the payload paths from
+# that major's pg_config, plus the frozen
 # install and upgrade scripts of earlier versions (sql/leaf_id--*.sql), as
 # scripts/install.sh installs them. `apt-get install ./that.deb` then needs
-# only postgresql-15 on the target machine, no Rust toolchain.
+# only postgresql-<major> on the target machine, no Rust toolchain.
 # The version is the crate's (Cargo.toml). Prints the .deb's path last.
 # LEAF_ID_DEB_MAINTAINER overrides the Maintainer field.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 export PATH="$HOME/.cargo/bin:$PATH"
-PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
-NAME=postgresql-15-leaf-id
+. scripts/pg.sh
+NAME=postgresql-$PG_MAJOR-leaf-id
 MAINTAINER=${LEAF_ID_DEB_MAINTAINER:-leaf_id maintainers <leaf-id@localhost>}
 
 # the [package] version: the first `version = "..."` line of Cargo.toml
 VERSION=$(sed -n 's/^version[[:space:]]*=[[:space:]]*"\([^"]*\)".*/\1/p' Cargo.toml | head -n 1)
 [ -n "$VERSION" ] || { echo "package: no version in Cargo.toml" >&2; exit 1; }
 ARCH=$(dpkg --print-architecture)
+# the oldest minor the library serves (src/runtime/pg_version.rs)
+MIN_MINOR=$(perl -0ne 'print "$1.", $2 + 0 if /feature = "pg'"$PG_MAJOR"'"\)\]\npub const MIN_SERVER_VERSION_NUM: i64 = (\d+)(\d{4});/' src/runtime/pg_version.rs)
+case $MIN_MINOR in $PG_MAJOR.[0-9]*) ;; *) echo "package: no minimum minor of PostgreSQL $PG_MAJOR in src/runtime/pg_version.rs" >&2; exit 1 ;; esac
 
 # A no-op when target/release is fresh (scripts/install.sh just built it);
 # say whether it compiled, so a test run shows a needless rebuild.
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-if ! cargo pgrx package --pg-config "$PG_CONFIG" >"$log" 2>&1; then
+if ! CARGO_TARGET_DIR=$LEAF_ID_CARGO_TARGET cargo pgrx package --pg-config "$PG_CONFIG" \
+  --no-default-features --features "$PGRX_FEATURE" >"$log" 2>&1; then
   cat "$log" >&2
   exit 1
 fi
@@ -35,9 +41,9 @@ else
   echo "package: cargo pgrx package compiled nothing (the release build was fresh)"
 fi
 
-PKG=$ROOT/target/release/leaf_id-pg15
-LIBDIR=$("$PG_CONFIG" --pkglibdir)
-EXTDIR=$("$PG_CONFIG" --sharedir)/extension
+PKG=$LEAF_ID_CARGO_TARGET/release/leaf_id-$PGRX_FEATURE
+LIBDIR=$PG_PKGLIBDIR
+EXTDIR=$PG_EXTDIR
 STAGE=$ROOT/target/debian/$NAME
 rm -rf "$STAGE"
 install -d "$STAGE/DEBIAN" "$STAGE$LIBDIR" "$STAGE$EXTDIR" "$STAGE/usr/share/doc/$NAME"
@@ -76,10 +82,10 @@ Version: $VERSION
 Architecture: $ARCH
 Maintainer: $MAINTAINER
 Installed-Size: $(du -sk --exclude=DEBIAN "$STAGE" | cut -f1)
-Depends: postgresql-15 (>= 15.13), $shlibs
+Depends: postgresql-$PG_MAJOR (>= $MIN_MINOR), $shlibs
 Section: database
 Priority: optional
-Description: Meituan Leaf distributed IDs for PostgreSQL 15 (leaf_id extension)
+Description: Meituan Leaf distributed IDs for PostgreSQL $PG_MAJOR (leaf_id extension)
  leaf_id brings Meituan Leaf's distributed ID generator into PostgreSQL:
  globally unique, roughly increasing 64-bit IDs from SQL, shared by all
  sessions and safe across crashes and restarts.

@@ -11,7 +11,7 @@
 #       sid by default) on the archive this machine's apt already uses. Neither
 #       /etc/apt nor the system's package lists are touched.
 # It is built as Debian builds it where that matters (--with-openssl), with
-# the TAP modules (--enable-tap-tests) and contrib: about 7 minutes on 2 cores.
+# the TAP modules (--enable-tap-tests) and contrib: 3 to 7 minutes on 2 cores.
 # Runs as root: it installs the build packages it lacks.
 #
 #   scripts/pg18.sh                            # build unless cached
@@ -32,7 +32,7 @@
 # install is complete. A run with LEAF_ID_PG18_TARBALL does nothing when that
 # tarball has the recorded checksum; a run without it uses any complete build
 # (it does not ask apt again). The build directory, target/pg18-build, is
-# removed after a successful install (it is about 1 GB); after a failure it is
+# removed after a successful install (to save space); after a failure it is
 # kept, with its logs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -67,16 +67,18 @@ flock 9
 # The sha256 recorded by a complete 18.x install in PREFIX; nothing otherwise.
 cached_sha() {
   [ -x "$PG_CONFIG" ] && [ -f "$STAMP" ] || return 0
-  "$PG_CONFIG" --version 2>/dev/null | grep -q '^PostgreSQL 18\.' || return 0
+  [[ $("$PG_CONFIG" --version 2>/dev/null) == "PostgreSQL 18."* ]] || return 0
   sed -n 's/^sha256=//p' "$STAMP"
 }
 
 # postgres must reach PREFIX (the checkout may be under a private directory).
 # Done on every run, cached or not: it is cheap, and ancestors can change.
 make_reachable() {
+  # In a subshell: nothing cluster.sh (and what it sources) sets leaks into
+  # this script; PG_CONFIG, inherited, makes it pick this server.
   # shellcheck source=scripts/cluster.sh
-  source "$ROOT/scripts/cluster.sh"
-  ensure_postgres_can_reach "$PREFIX"
+  (source "$ROOT/scripts/cluster.sh" && ensure_postgres_can_reach "$PREFIX") ||
+    die "scripts/cluster.sh's ensure_postgres_can_reach $PREFIX failed"
   runuser -u postgres -- "$PREFIX/bin/postgres" --version >/dev/null 2>&1 ||
     die "the postgres OS user cannot run $PREFIX/bin/postgres (check the permissions of $PREFIX and its parents)"
 }
@@ -231,7 +233,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive "${inst[@]}" >/dev/null; }
 fi
 
-say "building PostgreSQL 18 from $SRC_DESC in $BUILD into $PREFIX (about 7 minutes on 2 cores)"
+say "building PostgreSQL 18 from $SRC_DESC in $BUILD into $PREFIX (3 to 7 minutes on 2 cores)"
 # a previous install with another source (or half done) must not leave files behind
 rm -rf "$BUILD" "$PREFIX"
 mkdir -p "$BUILD"

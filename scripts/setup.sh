@@ -47,8 +47,15 @@ if ! cargo pgrx --version 2>/dev/null | grep -q '0\.18\.1'; then
   cargo install cargo-pgrx --version 0.18.1 --locked
 fi
 # pgrx must know PostgreSQL 15 as the system one, not another pg15 it may
-# have been pointed at before
-if ! grep -Eqs "^[[:space:]]*pg15[[:space:]]*=[[:space:]]*\"$PG_CONFIG\"[[:space:]]*\$" \
-  "${PGRX_HOME:-$HOME/.pgrx}/config.toml"; then
-  cargo pgrx init --pg15 "$PG_CONFIG"
+# have been pointed at before, and PostgreSQL 18 as the one built into
+# target/pg18 (scripts/pg18.sh) once it is there (`cargo pgrx init` writes
+# the whole list)
+PG18_CONFIG=$(cd "$(dirname "$0")/.." && pwd)/target/pg18/bin/pg_config
+registered() {
+  grep -Eqs "^[[:space:]]*$1[[:space:]]*=[[:space:]]*\"$2\"[[:space:]]*\$" "${PGRX_HOME:-$HOME/.pgrx}/config.toml"
+}
+init=(--pg15 "$PG_CONFIG")
+[ -x "$PG18_CONFIG" ] && init+=(--pg18 "$PG18_CONFIG")
+if ! registered pg15 "$PG_CONFIG" || { [ -x "$PG18_CONFIG" ] && ! registered pg18 "$PG18_CONFIG"; }; then
+  cargo pgrx init "${init[@]}"
 fi

@@ -12,12 +12,21 @@
 # plain install back with scripts/install.sh, so the other suites still find
 # leaf_id. Run it while no other server on the machine needs to load leaf_id
 # (the test command runs it between its suites).
+#
+# For the server scripts/pg.sh picks (PG_MAJOR=18, PG_CONFIG). A major with
+# no Debian server package here (18 on bookworm: built from source) cannot
+# be installed with apt-get (the package depends on postgresql-18): the test
+# checks that the payload is exactly the files at that server's pg_config
+# directories and that the package depends on postgresql-18, unpacks it into
+# the server with dpkg-deb -x, and draws IDs as above.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 . scripts/cluster.sh
-NAME=postgresql-15-leaf-id
-DATA=$ROOT/target/package-cluster
+NAME=postgresql-$PG_MAJOR-leaf-id
+DATA=$ROOT/target/package-cluster$PG_SUFFIX
+# apt-get can install the package only where the server is a Debian package
+if dpkg -s "postgresql-$PG_MAJOR" >/dev/null 2>&1; then VIA_APT=1; else VIA_APT=0; fi
 PORT=${PACKAGE_PORT:-28880}
 export DEBIAN_FRONTEND=noninteractive
 
@@ -41,6 +50,23 @@ DEB=$(tail -n 1 <<<"$out")
 VERSION=$(dpkg-deb -f "$DEB" Version)
 echo "test-package: $(basename "$DEB")"
 
+LIB=$PG_PKGLIBDIR/leaf_id.so
+EXT=$PG_EXTDIR
+expected=("$LIB" "$EXT/leaf_id.control" "$EXT/leaf_id--$VERSION.sql")
+for s in sql/leaf_id--*.sql; do expected+=("$EXT/$(basename "$s")"); done
+if [ "$VIA_APT" = 0 ]; then
+  dpkg-deb -f "$DEB" Depends | grep -q "^postgresql-$PG_MAJOR (>= $PG_MAJOR\\." ||
+    fail "the package does not depend on postgresql-$PG_MAJOR: $(dpkg-deb -f "$DEB" Depends)"
+  payload=$(dpkg-deb -c "$DEB" | awk '$1 !~ /^d/ {print substr($6, 2)}' | grep -v "^/usr/share/doc/" | sort)
+  want=$(printf '%s\n' "${expected[@]}" | sort)
+  [ "$payload" = "$want" ] || fail "the payload is not the files at $PG_CONFIG's directories:
+$(diff <(echo "$want") <(echo "$payload"))"
+  echo "test-package: no Debian package postgresql-$PG_MAJOR here: the payload is the ${#expected[@]} files at its pg_config directories; unpacking it into the server (dpkg-deb -x)"
+  dpkg-deb -x "$DEB" /
+  cmp -s "$LIB" "target/debian/$NAME$LIB" || fail "the unpacked library differs from the packaged one"
+fi
+
+if [ "$VIA_APT" = 1 ]; then
 # a leftover of an interrupted run would make the install below a no-op
 if installed; then dpkg -r "$NAME" >/dev/null 2>&1; fi
 # apt reads the file as the _apt user when it can, else it says so: copy it
@@ -53,11 +79,7 @@ rm -f /tmp/leaf-id-test.deb
 installed || fail "$NAME is not installed after apt-get install"
 [ "$(dpkg-query -W -f='${Version}' "$NAME")" = "$VERSION" ] || fail "installed version is not $VERSION"
 
-LIB=$(/usr/lib/postgresql/15/bin/pg_config --pkglibdir)/leaf_id.so
-EXT=$(/usr/lib/postgresql/15/bin/pg_config --sharedir)/extension
 owned=$(dpkg -L "$NAME")
-expected=("$LIB" "$EXT/leaf_id.control" "$EXT/leaf_id--$VERSION.sql")
-for s in sql/leaf_id--*.sql; do expected+=("$EXT/$(basename "$s")"); done
 for f in "${expected[@]}"; do
   grep -qxF "$f" <<<"$owned" || fail "dpkg -L $NAME does not list $f"
   [ -f "$f" ] || fail "$f is listed but not installed"
@@ -65,6 +87,7 @@ for f in "${expected[@]}"; do
 done
 cmp -s "$LIB" "target/debian/$NAME$LIB" || fail "the installed library differs from the packaged one"
 echo "test-package: $NAME $VERSION installed; it owns the library, the control file and ${#expected[@]} files in all"
+fi
 
 mkdir -p "$ROOT/target"; ensure_postgres_can_reach "$ROOT/target"
 cluster_stop "$DATA" immediate
@@ -88,6 +111,7 @@ got=$(psql_q -c "CREATE TEMP TABLE sf AS SELECT leaf_snowflake_next() AS id FROM
 [ "$got" = "1000 true true" ] || fail "snowflake IDs: distinct, worker id, timestamp = $got (want 1000 true true)"
 echo "test-package: CREATE EXTENSION leaf_id $VERSION; 1500 segment and 1000 snowflake IDs, all distinct"
 cluster_stop "$DATA"
+[ "$VIA_APT" = 1 ] || { echo "test-package: passed"; exit 0; }
 
 dpkg -r "$NAME" >/dev/null 2>&1 || fail "dpkg -r $NAME failed"
 ! installed || fail "$NAME is still installed after dpkg -r"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run the TAP tests in tests/tap/*.pl (or the files given as arguments) with
-# prove, using PostgreSQL 15's own test framework (PostgreSQL::Test::Cluster),
-# as the postgres OS user. Each test starts its own throwaway server with
+# prove, using the server's own test framework (PostgreSQL::Test::Cluster) of
+# the server scripts/pg.sh picks (PG_CONFIG, PG_MAJOR=18; the system 15 by
+# default), as the postgres OS user. Each test starts its own throwaway server with
 # leaf_id preloaded; leaf_id must already be installed (scripts/install.sh).
 #
 #   scripts/test-tap.sh                       # every test
@@ -11,22 +12,23 @@
 #   TAP_WORK=target/tap-citus scripts/test-tap.sh tests/citus/*.pl
 #
 # Output of each test (server logs, regress_log_*) is left in
-# target/tap/tmp_check/log (or $TAP_WORK/tmp_check/log). Each test file's own
+# target/tap/tmp_check/log (target/tap-pg18/... on 18; or
+# $TAP_WORK/tmp_check/log). Each test file's own
 # directory is on the Perl include path, besides tests/tap (helper modules).
 # Exits non-zero if any test fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-PGBIN=/usr/lib/postgresql/15/bin
-PGXS=/usr/lib/postgresql/15/lib/pgxs
+. scripts/pg.sh
+PGXS=$PGXS_DIR
 PERL_LIB=$PGXS/src/test/perl
-WORK=$(realpath -m "${TAP_WORK:-$ROOT/target/tap}")
+WORK=$(realpath -m "${TAP_WORK:-$ROOT/target/tap$PG_SUFFIX}")
 case $WORK in
   "$ROOT"/target/?*) ;;
   *) echo "test-tap: TAP_WORK must be a directory under target/ (it is emptied)" >&2; exit 2 ;;
 esac
 
-if [ ! -e /usr/lib/postgresql/15/lib/leaf_id.so ]; then
+if [ ! -e "$PG_PKGLIBDIR/leaf_id.so" ]; then
   echo "test-tap: leaf_id is not installed (run scripts/install.sh)" >&2
   exit 2
 fi

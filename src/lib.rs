@@ -46,13 +46,10 @@ pub extern "C-unwind" fn _PG_init() {
     runtime::shmem::install_hooks();
 }
 
-/// PostgreSQL 15.13 changed `WalSndCtl`'s flag of synchronous standbys from
-/// a bool to a bit set, which the worker reads to know that a commit reached
-/// them (`transaction::commit_replicated`): on an older minor the byte would
-/// be misread as "no synchronous standby", and a cut-short wait would pass.
-const MIN_SERVER_VERSION_NUM: i64 = 150013;
-
+/// Refuse a minor release older than `pg_version::MIN_SERVER_VERSION_NUM`
+/// (its record of synchronous standbys has another layout).
 fn check_server_minor() {
+    use runtime::pg_version::{MAJOR, MIN_SERVER_VERSION_NUM};
     let running = unsafe { pg_sys::GetConfigOption(c"server_version_num".as_ptr(), false, false) };
     let running = (!running.is_null())
         .then(|| {
@@ -67,9 +64,12 @@ fn check_server_minor() {
         errors::raise(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             format!(
-                "leaf_id needs PostgreSQL 15.13 or later; this server's server_version_num is {running}"
+                "leaf_id needs PostgreSQL {MAJOR}.{} or later; this server's server_version_num is {running}",
+                MIN_SERVER_VERSION_NUM % 100
             ),
-            Some("Update the server to the latest minor release of PostgreSQL 15."),
+            Some(&format!(
+                "Update the server to the latest minor release of PostgreSQL {MAJOR}."
+            )),
         );
     }
 }

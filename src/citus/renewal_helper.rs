@@ -140,7 +140,7 @@ pub extern "C-unwind" fn leaf_id_renewal_helper_main(arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP);
     unsafe {
         // SIGTERM as for a backend (shutdown): the wait for an answer ends
-        pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(postgres_die));
+        crate::runtime::pg_version::set_sigterm_handler(postgres_die);
     }
     let Some(sh) = shared() else { return };
     let Some(slot) = sh.db(db).copy_slots().get(s) else {

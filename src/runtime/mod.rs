@@ -5,7 +5,8 @@
 //! jobs), the hardened session and transactions (`transaction`, with the
 //! jobs' error type in `job`), the one module that builds the workers' SQL
 //! (`worker_sql`), a backend's side of waiting on the worker (`backend`),
-//! and reading a table as its owner (`as_owner`).
+//! reading a table as its owner (`as_owner`), and what differs between
+//! PostgreSQL majors (`pg_version`).
 
 pub mod as_owner;
 pub mod backend;
@@ -14,6 +15,7 @@ pub mod clock;
 pub mod copy_slot;
 pub mod job;
 pub mod owner_file;
+pub mod pg_version;
 pub mod shmem;
 pub mod transaction;
 pub mod worker_loop;

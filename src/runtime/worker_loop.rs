@@ -76,7 +76,7 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
     unsafe {
         // SIGTERM as for a backend: sets ProcDiePending, so a wait for a
         // synchronous standby ends and CHECK_FOR_INTERRUPTS exits
-        pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(postgres_die));
+        crate::runtime::pg_version::set_sigterm_handler(postgres_die);
     }
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(dboid)), None);
     let Some(sh) = shared() else { return };

@@ -2,7 +2,8 @@
 # table: the table's owner, mallory, is not a superuser and plants her code
 # where a read of the table would run it.
 #  1. she turns her table into a view (CREATE RULE "_RETURN") whose select
-#     list calls her function: the adoption is refused (42809), nothing runs;
+#     list calls her function: the adoption is refused (42809), nothing runs
+#     (PostgreSQL 16 and later refuse the rule itself);
 #  2. she gives her table a partial index whose predicate calls an IMMUTABLE
 #     function of hers (the planner folds it when it plans a query on the
 #     table): the adoption works, and her function runs only as herself;
@@ -27,7 +28,6 @@ BEGIN PERFORM mallory.pwn('view'); RETURN 1; END $$;
 CREATE FUNCTION mallory.folded() RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN PERFORM mallory.pwn('index'); RETURN true; END $$;
 CREATE TABLE mallory.as_view (id serial, v integer);
-CREATE RULE "_RETURN" AS ON SELECT TO mallory.as_view DO INSTEAD SELECT mallory.escalate() AS id, 0 AS v;
 CREATE TABLE mallory.with_index (id serial, v integer);
 INSERT INTO mallory.with_index (v) SELECT g FROM generate_series(1, 10) g;
 CREATE INDEX ON mallory.with_index (v) WHERE mallory.folded();
@@ -41,16 +41,27 @@ ALTER TABLE mallory.with_policy ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECUR
 CREATE POLICY hide ON mallory.with_policy USING (mallory.policy_ran());
 RESET ROLE;
 });
+# (PostgreSQL 16 and later refuse to turn a table into a view)
+my $to_view = try_sql($node, 'postgres',
+	q{SET ROLE mallory; CREATE RULE "_RETURN" AS ON SELECT TO mallory.as_view DO INSTEAD SELECT mallory.escalate() AS id, 0 AS v});
 is(superuser_runs($node), '0,f', 'premise: nothing ran as a superuser while mallory planted');
-is($node->safe_psql('postgres', "SELECT relkind FROM pg_class WHERE oid = 'mallory.as_view'::regclass"),
-	'v', 'premise: mallory\'s table is a view now');
-
-for my $f (q{leaf_segment_adopt_sequence('mallory.as_view_id_seq', 'as_view')},
-	q{leaf_snowflake_adopt_sequence('mallory.as_view_id_seq')})
+if ($node->safe_psql('postgres', 'SHOW server_version_num') >= 160000)
 {
-	my $r = try_sql($node, 'postgres', "SELECT $f");
-	is($r->{sqlstate}, '42809', "$f: refused, the relation is a view") or diag $r->{err};
-	is(superuser_runs($node), '0,f', "$f: nothing of mallory's ran as a superuser");
+	like($to_view->{err}, qr/"as_view" cannot have ON SELECT rules/,
+		'PostgreSQL 16 and later: a table cannot be turned into a view');
+}
+else
+{
+	is($to_view->{ret}, 0, 'premise: mallory turned her table into a view') or diag $to_view->{err};
+	is($node->safe_psql('postgres', "SELECT relkind FROM pg_class WHERE oid = 'mallory.as_view'::regclass"),
+		'v', 'premise: mallory\'s table is a view now');
+	for my $f (q{leaf_segment_adopt_sequence('mallory.as_view_id_seq', 'as_view')},
+		q{leaf_snowflake_adopt_sequence('mallory.as_view_id_seq')})
+	{
+		my $r = try_sql($node, 'postgres', "SELECT $f");
+		is($r->{sqlstate}, '42809', "$f: refused, the relation is a view") or diag $r->{err};
+		is(superuser_runs($node), '0,f', "$f: nothing of mallory's ran as a superuser");
+	}
 }
 
 my $r = try_sql($node, 'postgres',
