@@ -4,6 +4,9 @@
 #   bash scripts/bench.sh                  # full run, about 14 minutes on 2 cores
 #   BENCH_QUICK=1 bash scripts/bench.sh    # quick check of the suite, about 4 minutes
 #   BENCH_SECTIONS=multinode bash scripts/bench.sh   # only section 7, about 5 minutes
+#   PG_MAJOR=18 bash scripts/bench.sh      # on PostgreSQL 18 (target/pg18, scripts/pg18.sh),
+#                                          # with uuidv7() as a competitor; writes
+#                                          # docs/BENCHMARKS-pg18.md (no section 7: Citus is on 15)
 #
 # Sets up and builds leaf_id (release), starts a throwaway cluster in
 # target/bench-cluster (port BENCH_PORT, default 28870) with fixed settings,
@@ -34,21 +37,31 @@ START=$(date +%s)
 # the command line printed in the report: the BENCH_* variables the caller set
 BENCH_COMMAND=$(env | grep -E '^BENCH_(QUICK|N|SECONDS|REPS|INSERT_ROWS|CLIENTS|BATCH|RT_CLIENTS|REFILL_CLIENTS|REFILL_BATCH|REFILL_STEPS|SEG_STEP|SECTIONS|PORT|MN_SECONDS|MN_REPS|MN_CLIENTS|MN_PORT|BATCH_N|BATCH_CALL)=' \
   | sort | sed -E "s/^([A-Z_]+)=(.*)$/\1='\2'/; s/='([A-Za-z0-9_.]+)'$/=\1/" | tr '\n' ' ' || true)
-export BENCH_COMMAND="${BENCH_COMMAND}bash scripts/bench.sh"
+export BENCH_COMMAND="${BENCH_COMMAND}${PG_MAJOR:+PG_MAJOR=$PG_MAJOR }bash scripts/bench.sh"
 export BENCH_PORT=${BENCH_PORT:-28870}
 
 # the chart needs matplotlib: Debian's package, since Debian's Python refuses
 # pip installs into the system (PEP 668); so the scripts run with Debian's
 # python3, whatever else PATH offers
+if [ "${PG_MAJOR:-15}" = 18 ] && [ -z "${PG_CONFIG:-}" ]; then
+  bash scripts/pg18.sh >/dev/null
+fi
 bash scripts/setup.sh python3-matplotlib
 PYTHON=/usr/bin/python3
 export PATH="$HOME/.cargo/bin:$PATH"
-echo "== install (release)"
+. scripts/pg.sh
+export BENCH_PGBIN=$PGBIN BENCH_PG_MAJOR=$PG_MAJOR
+# 15 writes docs/BENCHMARKS.md, another major its own report
+REPORT=docs/BENCHMARKS$PG_SUFFIX.md CHART=docs/bench-scaling$PG_SUFFIX.svg
+echo "== install (release), PostgreSQL $PG_MAJOR"
 bash scripts/install.sh
 
 # section 7 needs Citus: install it if missing and a tarball is named
 CITUS_SKIP=
-if [[ " ${BENCH_SECTIONS:-multinode} " == *" multinode "* ]]; then
+if [ "$PG_MAJOR" != 15 ] && [[ " ${BENCH_SECTIONS:-multinode} " == *" multinode "* ]]; then
+  CITUS_SKIP="Citus runs on PostgreSQL 15 here; this run is on $PG_MAJOR"
+  echo "== SKIP: section 7 (many nodes, Citus) will NOT RUN: $CITUS_SKIP"
+elif [[ " ${BENCH_SECTIONS:-multinode} " == *" multinode "* ]]; then
   rc=0
   bash scripts/citus.sh || rc=$?
   if [ $rc -eq 3 ]; then
@@ -61,8 +74,8 @@ fi
 export BENCH_CITUS_SKIP=$CITUS_SKIP
 
 . scripts/cluster.sh
-DATA=$ROOT/target/bench-cluster
-WORK=$ROOT/target/bench-work
+DATA=$ROOT/target/bench-cluster$PG_SUFFIX
+WORK=$ROOT/target/bench-work$PG_SUFFIX
 export BENCH_WORK=$WORK
 mkdir -p "$ROOT/target"; ensure_postgres_can_reach "$ROOT/target"
 cluster_stop "$DATA" immediate   # left over from an interrupted run
@@ -95,11 +108,11 @@ trap - EXIT
 
 export BENCH_TOTAL_SECONDS=$(( $(date +%s) - START ))
 mkdir -p docs
-"$PYTHON" scripts/bench_report.py "$WORK/results.json" docs/BENCHMARKS.md docs/bench-scaling.svg
-echo "== benchmarks done in ${BENCH_TOTAL_SECONDS} s: docs/BENCHMARKS.md, docs/bench-scaling.svg"
+"$PYTHON" scripts/bench_report.py "$WORK/results.json" "$REPORT" "$CHART"
+echo "== benchmarks done in ${BENCH_TOTAL_SECONDS} s: $REPORT, $CHART"
 [ -z "$CITUS_SKIP" ] || echo "== SKIP: section 7 (many nodes, Citus) NOT RUN: $CITUS_SKIP"
 errors=$("$PYTHON" -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["errors"]))' "$WORK/results.json")
 if [ "$errors" != "0" ]; then
-  echo "bench: $errors measurement(s) failed; see \"Errors during the run\" in docs/BENCHMARKS.md" >&2
+  echo "bench: $errors measurement(s) failed; see \"Errors during the run\" in $REPORT" >&2
   exit 1
 fi

@@ -13,13 +13,16 @@ BENCH_TOTAL_SECONDS (wall time of the whole command, set by bench.sh).
 """
 import json
 import os
+import re
 import statistics
 import sys
 
 LAYOUT_PER_MS = 4096            # 12-bit sequence
 RANDOM_START_PER_MS = 4096 - 49.5  # Leaf's random 0..99 start costs 49.5 IDs per ms on average
 
-ORDER = ["segment", "snowflake", "nextval_c1", "nextval_c1000", "uuid", "floor"]
+# the competitors in table order; uuidv7 only where the run had it (PostgreSQL 18)
+ALL_ORDER = ["segment", "snowflake", "nextval_c1", "nextval_c1000", "uuid", "uuidv7", "floor"]
+ORDER = ALL_ORDER
 
 
 def med(xs):
@@ -159,7 +162,7 @@ class Report:
                f"| leaf_id | {m['leaf_id_version']}, commit `{m['commit'][:12]}` ({m['commit_subject']})"
                + (" **with uncommitted changes to the source**" if m["source_dirty"] else "") + " |",
                "| load average (1/5/15 min) before → after each section | " + "; ".join(noisy) + " |", "")
-        self.w("pgbench (`/usr/lib/postgresql/15/bin/pgbench`) runs on the same machine as the server, so clients "
+        self.w(f"pgbench (`{self.r['machine'].get('pgbin', '/usr/lib/postgresql/15/bin')}/pgbench`) runs on the same machine as the server, so clients "
                "and backends share the cores.", "")
         st = r["settings"]
         self.w("## Settings", "", "A fresh `initdb` cluster (`scripts/cluster.sh`) with leaf_id preloaded; "
@@ -242,7 +245,7 @@ class Report:
         self.w("## 2. Concurrency scaling", "",
                f"pgbench, each transaction `SELECT count(f) FROM generate_series(1, {b}) g`, "
                f"{self.p['seconds']} s per run; aggregate IDs per second (millions) = TPS × {b:,}.", "",
-               "![IDs per second vs clients](bench-scaling.svg)", "",
+               f"![IDs per second vs clients]({SVG_NAME})", "",
                "| competitor | " + " | ".join(f"{c} client{'s' if c > 1 else ''}" for c in cl) + " |",
                "|---|" + "---:|" * len(cl))
         for key in ORDER:
@@ -312,10 +315,11 @@ class Report:
                "keys (`SELECT g, g`). Index size: `pg_relation_size('bench_ins_pkey')` after the load.", "",
                "| competitor | key type | load s | spread | rows per s | time vs identity | time vs nextval CACHE 1 "
                "| pkey index MiB | table MiB |", "|---|---|---:|---:|---:|---:|---:|---:|---:|")
-        for key in ["segment", "snowflake", "identity", "nextval_c1", "nextval_c1000", "uuid", "floor"]:
+        for key in [k for k in ["segment", "snowflake", "identity", "nextval_c1", "nextval_c1000", "uuid", "uuidv7",
+                                "floor"] if k in self.labels]:
             runs = self.s["insert"].get(key, [])
             ms = self.ins(key, "ms")
-            typ = "uuid" if key == "uuid" else "bigint"
+            typ = "uuid" if key in ("uuid", "uuidv7") else "bigint"
             name = "floor: explicit keys" if key == "floor" else self.label(key)
             self.w(f"| {name} | {typ} | {f(ms and ms / 1000, 2)} | {pct(spread([x['ms'] for x in runs]))} | "
                    f"{f(n / ms * 1000 if ms else None)} | {ratio(ms, ident)} | {ratio(ms, c1)} | "
@@ -869,7 +873,8 @@ def chart(res, path):
     clients = res["params"]["clients"]
     fig, ax = plt.subplots(figsize=(9.5, 5))
     styles = {"segment": ("C0", "o", "-"), "snowflake": ("C1", "s", "-"), "nextval_c1": ("C2", "^", "-"),
-              "nextval_c1000": ("C3", "v", "-"), "uuid": ("C4", "D", "-"), "floor": ("0.5", "x", "--")}
+              "nextval_c1000": ("C3", "v", "-"), "uuid": ("C4", "D", "-"), "uuidv7": ("C5", "P", "-"),
+              "floor": ("0.5", "x", "--")}
     for key in ORDER:
         ys = [med([r["ids_per_s"] for r in sec.get(key, {}).get(str(c), [])]) for c in clients]
         pts = [(c, y) for c, y in zip(clients, ys) if y]
@@ -893,7 +898,7 @@ def chart(res, path):
     ax.set_ylabel("million IDs per second (log scale)")
     m = res["machine"]
     title = (f"leaf_id: IDs per second vs clients ({res['params']['batch']:,} IDs per transaction)\n"
-             f"{m['cores']} cores ({m['cpu']}), PostgreSQL 15, median of {res['params']['reps']}"
+             f"{m['cores']} cores ({m['cpu']}), PostgreSQL {pg_major(res)}, median of {res['params']['reps']}"
              + (", QUICK RUN" if res["params"]["quick"] else ""))
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
@@ -904,11 +909,24 @@ def chart(res, path):
     return True
 
 
+def pg_major(res):
+    """The major of the server the run measured ("PostgreSQL 18.6 on ..." -> 18)."""
+    m = re.match(r"PostgreSQL (\d+)", res["machine"].get("pg_version", ""))
+    return m.group(1) if m else "?"
+
+
+# the chart's file name, as the report links it
+SVG_NAME = "bench-scaling.svg"
+
+
 def main():
+    global ORDER, SVG_NAME
     if len(sys.argv) != 4:
         sys.exit(__doc__)
     with open(sys.argv[1]) as fh:
         res = json.load(fh)
+    ORDER = [k for k in ALL_ORDER if k in res["labels"]]
+    SVG_NAME = os.path.basename(sys.argv[3])
     try:
         with open(sys.argv[2]) as fh:
             old = fh.read()

@@ -21,7 +21,9 @@ import subprocess
 import sys
 import time
 
-PGBIN = "/usr/lib/postgresql/15/bin"
+# the server scripts/bench.sh runs (scripts/pg.sh: PG_MAJOR, PG_CONFIG)
+PGBIN = os.environ.get("BENCH_PGBIN") or "/usr/lib/postgresql/15/bin"
+PG_MAJOR = int(os.environ.get("BENCH_PG_MAJOR") or "15")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -84,6 +86,9 @@ GENERATORS = [
     ("uuid", "gen_random_uuid()", "gen_random_uuid()"),
     ("floor", "floor: count(g)", "g"),
 ]
+# PostgreSQL 18's time-ordered UUID, in the same run
+if PG_MAJOR >= 18:
+    GENERATORS.insert(5, ("uuidv7", "uuidv7()", "uuidv7()"))
 LABELS = {k: label for k, label, _ in GENERATORS}
 
 # One ID per round trip: the floor is SELECT 1.
@@ -98,6 +103,7 @@ INSERTS = [
     ("nextval_c1", "id bigint PRIMARY KEY DEFAULT nextval('s1')", INS_DEFAULT),
     ("nextval_c1000", "id bigint PRIMARY KEY DEFAULT nextval('s1000')", INS_DEFAULT),
     ("uuid", "id uuid PRIMARY KEY DEFAULT gen_random_uuid()", INS_DEFAULT),
+] + ([("uuidv7", "id uuid PRIMARY KEY DEFAULT uuidv7()", INS_DEFAULT)] if PG_MAJOR >= 18 else []) + [
     ("floor", "id bigint PRIMARY KEY",
      "INSERT INTO bench_ins (id, v) SELECT g, g FROM generate_series(1, NROWS) g"),
 ]
@@ -192,6 +198,7 @@ def machine_info():
     m = re.search(r"Per loop time including overhead:\s*([\d.]+)\s*ns", r.stdout)
     info["clock_read_ns"] = float(m.group(1)) if m else None
     info["kernel"] = os.uname().release
+    info["pgbin"] = PGBIN
     info["pg_version"] = psql("SELECT version();").strip()
     git = lambda *a: subprocess.run(["git", "-C", ROOT, *a], capture_output=True, text=True).stdout.strip()
     info["commit"] = git("rev-parse", "HEAD")
@@ -433,7 +440,7 @@ def bench_insert():
             ins = ins.replace("NROWS", str(n))
             warm = {"segment": "leaf_segment_next('t')", "snowflake": "leaf_snowflake_next()",
                     "nextval_c1": "nextval('s1')", "nextval_c1000": "nextval('s1000')",
-                    "uuid": "gen_random_uuid()"}.get(key, "1")
+                    "uuid": "gen_random_uuid()", "uuidv7": "uuidv7()"}.get(key, "1")
             try:
                 psql(f"DROP TABLE IF EXISTS bench_ins; CREATE TABLE bench_ins ({coldef}, v integer NOT NULL);"
                      " CHECKPOINT;")
