@@ -145,10 +145,11 @@ class Report:
         self.w(f"Run started {r['started']}; the suite took {f(float(os.environ.get('BENCH_TOTAL_SECONDS', r['seconds'])), 0)} s "
                f"in all ({f(r['seconds'], 0)} s of measurements).", "")
         self.w("## Reproduce", "", "```sh", os.environ.get("BENCH_COMMAND", ("BENCH_QUICK=1 " if p["quick"] else "") + "bash scripts/bench.sh"), "```", "")
+        sfx = "" if pg_major(r) == "15" else f"-pg{pg_major(r)}"
         self.w("`bash scripts/bench.sh` runs `scripts/setup.sh` and `scripts/install.sh` (release build), starts a "
-               f"throwaway cluster in `target/bench-cluster` on port {p['port']}, runs `scripts/bench_run.py` "
-               "(raw results: `target/bench-work/results.json`), stops the cluster and writes this file and "
-               "`docs/bench-scaling.svg` with `scripts/bench_report.py`. Sizes are environment variables: "
+               f"throwaway cluster in `target/bench-cluster{sfx}` on port {p['port']}, runs `scripts/bench_run.py` "
+               f"(raw results: `target/bench-work{sfx}/results.json`), stops the cluster and writes this file and "
+               f"`docs/{SVG_NAME}` with `scripts/bench_report.py`. Sizes are environment variables: "
                "`BENCH_N`, `BENCH_SECONDS`, `BENCH_REPS`, `BENCH_INSERT_ROWS`, `BENCH_CLIENTS`, `BENCH_BATCH`, "
                "`BENCH_RT_CLIENTS`, `BENCH_REFILL_CLIENTS`, `BENCH_REFILL_BATCH`, `BENCH_REFILL_STEPS`, "
                "`BENCH_SEG_STEP`, and for section 7 `BENCH_MN_SECONDS`, `BENCH_MN_REPS`, `BENCH_MN_CLIENTS`, `BENCH_MN_PORT`; "
