@@ -74,13 +74,18 @@ pub enum ClaimPlan {
 
 /// `configured`: the id from the setting, or None to take one.
 /// `used_here`: ids other databases of this server issue with.
+/// `avoid`: taken from the registry only when no other id is free: the id an
+/// operator just released from under this server
+/// (`leaf_snowflake_release_worker_id`) is meant for another node, which
+/// would otherwise race this server's re-claim for it.
 pub fn plan(
     rows: &[RegistryRow],
     node: &str,
     configured: Option<i64>,
     used_here: &[i64],
+    avoid: Option<i64>,
 ) -> ClaimPlan {
-    match plan_in_registry(rows, node, configured, used_here) {
+    match plan_in_registry(rows, node, configured, used_here, avoid) {
         ClaimPlan::Reuse(id) if used_here.contains(&id) => ClaimPlan::UsedByOtherDatabase(id),
         ClaimPlan::Take(t) if used_here.contains(&t.id()) => ClaimPlan::UsedByOtherDatabase(t.id()),
         ClaimPlan::Move { take, .. } if used_here.contains(&take.id()) => {
@@ -95,6 +100,7 @@ fn plan_in_registry(
     node: &str,
     configured: Option<i64>,
     used_here: &[i64],
+    avoid: Option<i64>,
 ) -> ClaimPlan {
     let own = rows.iter().find(|r| r.node_name == node);
     let take_of = |id: i64| match rows.iter().find(|r| r.worker_id == id) {
@@ -128,8 +134,10 @@ fn plan_in_registry(
                 .filter(|r| !r.released())
                 .map(|r| r.worker_id)
                 .collect();
-            let free =
-                (0..=MAX_WORKER_ID).find(|id| !owned.contains(id) && !used_here.contains(id));
+            let is_free = |id: &i64| !owned.contains(id) && !used_here.contains(id);
+            let free = (0..=MAX_WORKER_ID)
+                .find(|id| is_free(id) && Some(*id) != avoid)
+                .or(avoid.filter(is_free));
             match (own, free) {
                 (Some(r), _) if !used_here.contains(&r.worker_id) => ClaimPlan::Reuse(r.worker_id),
                 // the registry is a copy of the one of another database of
@@ -290,7 +298,7 @@ mod tests {
     #[test]
     fn same_node_gets_its_id_back() {
         assert_eq!(
-            plan(&rows(&[(0, "a"), (3, "b")]), "b", None, &[]),
+            plan(&rows(&[(0, "a"), (3, "b")]), "b", None, &[], None),
             ClaimPlan::Reuse(3)
         );
     }
@@ -298,15 +306,15 @@ mod tests {
     #[test]
     fn new_node_gets_lowest_free() {
         assert_eq!(
-            plan(&rows(&[]), "n", None, &[]),
+            plan(&rows(&[]), "n", None, &[], None),
             ClaimPlan::Take(Take::Insert(0))
         );
         assert_eq!(
-            plan(&rows(&[(0, "a"), (1, "b"), (3, "c")]), "n", None, &[]),
+            plan(&rows(&[(0, "a"), (1, "b"), (3, "c")]), "n", None, &[], None),
             ClaimPlan::Take(Take::Insert(2))
         );
         assert_eq!(
-            plan(&rows(&[(1, "b")]), "n", None, &[]),
+            plan(&rows(&[(1, "b")]), "n", None, &[], None),
             ClaimPlan::Take(Take::Insert(0))
         );
     }
@@ -314,33 +322,63 @@ mod tests {
     #[test]
     fn released_ids_are_taken_over_with_their_row() {
         let r = rows(&[(0, "a"), (1, "released:1"), (2, "c")]);
-        assert_eq!(plan(&r, "n", None, &[]), ClaimPlan::Take(Take::TakeOver(1)));
         assert_eq!(
-            plan(&r, "n", Some(1), &[]),
+            plan(&r, "n", None, &[], None),
+            ClaimPlan::Take(Take::TakeOver(1))
+        );
+        assert_eq!(
+            plan(&r, "n", Some(1), &[], None),
             ClaimPlan::Take(Take::TakeOver(1))
         );
     }
 
     #[test]
+    fn an_id_released_from_under_the_node_is_taken_last() {
+        let r = rows(&[(0, "a"), (1, "released:1"), (2, "c")]);
+        assert_eq!(
+            plan(&r, "n", None, &[], Some(1)),
+            ClaimPlan::Take(Take::Insert(3))
+        );
+        // a configured id is the operator's choice
+        assert_eq!(
+            plan(&r, "n", Some(1), &[], Some(1)),
+            ClaimPlan::Take(Take::TakeOver(1))
+        );
+        // the only free id: taken all the same
+        let mut all = all_owned();
+        all[7].node_name = released_name(7);
+        assert_eq!(
+            plan(&all, "new", None, &[], Some(7)),
+            ClaimPlan::Take(Take::TakeOver(7))
+        );
+        // nor is an avoided id that is owned or used here ever taken
+        assert_eq!(
+            plan(&all_owned(), "new", None, &[], Some(7)),
+            ClaimPlan::Full
+        );
+        assert_eq!(plan(&all, "new", None, &[7], Some(7)), ClaimPlan::Full);
+    }
+
+    #[test]
     fn full_registry() {
         let all = all_owned();
-        assert_eq!(plan(&all, "new", None, &[]), ClaimPlan::Full);
-        assert_eq!(plan(&all, "n5", None, &[]), ClaimPlan::Reuse(5));
+        assert_eq!(plan(&all, "new", None, &[], None), ClaimPlan::Full);
+        assert_eq!(plan(&all, "n5", None, &[], None), ClaimPlan::Reuse(5));
     }
 
     #[test]
     fn configured_id_checks_owner() {
         let r = rows(&[(7, "other")]);
         assert_eq!(
-            plan(&r, "me", Some(7), &[]),
+            plan(&r, "me", Some(7), &[], None),
             ClaimPlan::OwnedByOther {
                 worker_id: 7,
                 owner: "other".into()
             }
         );
-        assert_eq!(plan(&r, "other", Some(7), &[]), ClaimPlan::Reuse(7));
+        assert_eq!(plan(&r, "other", Some(7), &[], None), ClaimPlan::Reuse(7));
         assert_eq!(
-            plan(&r, "me", Some(8), &[]),
+            plan(&r, "me", Some(8), &[], None),
             ClaimPlan::Take(Take::Insert(8))
         );
     }
@@ -349,14 +387,14 @@ mod tests {
     fn moving_to_another_configured_id_releases_the_old_row() {
         let r = rows(&[(7, "other"), (9, "released:9")]);
         assert_eq!(
-            plan(&r, "other", Some(8), &[]),
+            plan(&r, "other", Some(8), &[], None),
             ClaimPlan::Move {
                 release: 7,
                 take: Take::Insert(8)
             }
         );
         assert_eq!(
-            plan(&r, "other", Some(9), &[]),
+            plan(&r, "other", Some(9), &[], None),
             ClaimPlan::Move {
                 release: 7,
                 take: Take::TakeOver(9)
@@ -368,11 +406,11 @@ mod tests {
     fn ids_of_other_databases_of_this_server_are_not_taken() {
         let r = rows(&[(0, "a")]);
         assert_eq!(
-            plan(&r, "n", None, &[1, 2]),
+            plan(&r, "n", None, &[1, 2], None),
             ClaimPlan::Take(Take::Insert(3))
         );
         assert_eq!(
-            plan(&r, "n", Some(1), &[1]),
+            plan(&r, "n", Some(1), &[1], None),
             ClaimPlan::UsedByOtherDatabase(1)
         );
     }
@@ -383,7 +421,7 @@ mod tests {
         // database of this server issues with 0
         let r = rows(&[(0, "a"), (1, "b")]);
         assert_eq!(
-            plan(&r, "a", None, &[0]),
+            plan(&r, "a", None, &[0], None),
             ClaimPlan::Move {
                 release: 0,
                 take: Take::Insert(2)
@@ -391,14 +429,14 @@ mod tests {
         );
         let r = rows(&[(0, "a"), (1, "released:1")]);
         assert_eq!(
-            plan(&r, "a", None, &[0]),
+            plan(&r, "a", None, &[0], None),
             ClaimPlan::Move {
                 release: 0,
                 take: Take::TakeOver(1)
             }
         );
         // nothing free but its own id: refused, as a full registry
-        assert_eq!(plan(&all_owned(), "n5", None, &[5]), ClaimPlan::Full);
+        assert_eq!(plan(&all_owned(), "n5", None, &[5], None), ClaimPlan::Full);
     }
 
     #[test]

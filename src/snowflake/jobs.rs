@@ -23,6 +23,9 @@ pub struct SnowflakeJobs {
     claimed_with: Option<(Option<i64>, String)>,
     /// No pin move before this (after one that failed or was not allowed).
     repin_after: Option<Instant>,
+    /// The worker id a renewal found no longer ours (released by an
+    /// operator, or taken over): the re-claim takes another if one is free.
+    lost_id: Option<i64>,
 }
 
 /// How long a pin move that failed waits before the next try.
@@ -34,6 +37,7 @@ impl SnowflakeJobs {
             last_heartbeat: None,
             claimed_with: None,
             repin_after: None,
+            lost_id: None,
         }
     }
 
@@ -61,14 +65,15 @@ impl SnowflakeJobs {
                 close_and_persist(ctx.db, true);
             }
             slot.generator.close(crate::snowflake::sql::epoch());
-            let db = ctx.db;
-            let result = in_transaction(|schema| claim(schema, db))
+            let (db, avoid) = (ctx.db, self.lost_id);
+            let result = in_transaction(|schema| claim(schema, db, avoid))
                 .map_err(|e| explain_unreachable(e, "claim a snowflake worker id", "leaf_worker"))
                 .and_then(|c| publish_claim(db, &c).map(|()| c));
             let _g = sh.lock_db(ctx.db);
             match result {
                 Ok(claimed) => {
                     self.claimed_with = Some((claimed.configured, claimed.node.clone()));
+                    self.lost_id = None;
                     slot.snowflake_state
                         .store(SnowflakeState::Ready as u32, SeqCst);
                     self.last_heartbeat = Some(Instant::now());
@@ -120,8 +125,10 @@ impl SnowflakeJobs {
                         );
                         if e.sqlstate == code_of(PgSqlErrorCode::ERRCODE_OBJECT_IN_USE) {
                             // the row is no longer ours (released, or taken
-                            // over after our lease ran out): claim again;
-                            // the generator is closed first
+                            // over after our lease ran out): claim again,
+                            // another id if one is free; the generator is
+                            // closed first
+                            self.lost_id = Some(slot.generator.worker_id());
                             slot.snowflake_state
                                 .store(SnowflakeState::Requested as u32, SeqCst);
                         }

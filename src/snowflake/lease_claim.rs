@@ -63,8 +63,10 @@ fn used_by_other_databases(db: usize) -> Vec<i64> {
 }
 
 /// Claim (or re-take) this node's worker id and persist a first mark. The
-/// generator is closed (`SnowflakeJobs::claim`).
-pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
+/// generator is closed (`SnowflakeJobs::claim`). `avoid`: the id released
+/// from under this server, taken from the registry only if no other is free
+/// (`claim::plan`).
+pub fn claim(schema: &Schema, db: usize, avoid: Option<i64>) -> Result<Claimed, JobError> {
     if crate::runtime::transaction::catalog_is_older() {
         return Err(crate::runtime::transaction::needs_current_catalog(
             "snowflake mode",
@@ -110,7 +112,7 @@ pub fn claim(schema: &Schema, db: usize) -> Result<Claimed, JobError> {
                 };
                 Ok(!got.map_err(spi_err)?.is_empty())
             };
-            let id = match claim::plan(&rows, &node, configured, &used_here) {
+            let id = match claim::plan(&rows, &node, configured, &used_here, avoid) {
                 ClaimPlan::Reuse(id) => {
                     let row = rows
                         .iter()

@@ -82,8 +82,8 @@ is( $node->safe_psql('postgres', "SELECT leaf_snowflake_release_worker_id($wid)"
 	default_node_name($node),
 	'release returns the former owner');
 # the owner's next renewal finds the row released (55006 in the log) and it
-# claims again: the lowest free id is the released one, taken back in the
-# same server lifetime, so it goes on above everything it issued
+# claims again: another free id, not the released one (the operator released
+# it for another node, which would race the owner's re-claim for it)
 my @issued;
 ok( wait_until(
 		20,
@@ -99,7 +99,11 @@ my $r = wait_for_number($node, 'postgres',
 	'SET leaf_id.refill_timeout = 2000; SELECT leaf_snowflake_next()', 20);
 ok($r->{ok}, 'the released owner claims again and issues');
 is( $node->safe_psql('postgres', "SELECT node_name FROM leaf_worker WHERE worker_id = $wid"),
-	default_node_name($node), '... taking the released id over (the lowest free one)');
+	"released:$wid", '... leaving the released id to another node');
+my $new_wid = $node->safe_psql('postgres', 'SELECT worker_id FROM leaf_snowflake_status');
+isnt($new_wid, $wid, "... issuing with another id ($new_wid)");
+is( $node->safe_psql('postgres', "SELECT worker_id FROM leaf_worker WHERE node_name = '" . default_node_name($node) . "'"),
+	$new_wid, '... which it claimed in the registry');
 my $last = max_of($first, @issued);
 cmp_ok($r->{out}, '>', $last, '... above every ID issued before');
 my %seen;
