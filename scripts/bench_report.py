@@ -129,7 +129,7 @@ class Report:
         return spread([r["tps"] for r in self.s.get("roundtrip", {}).get(key, [])])
 
     def ins(self, key, field):
-        return med([r[field] for r in self.s.get("insert", {}).get(key, [])])
+        return med([r.get(field) for r in self.s.get("insert", {}).get(key, [])])
 
     # ------------------------------------------------------------ sections
 
@@ -308,23 +308,29 @@ class Report:
             return
         n = self.p["insert_rows"]
         ident = self.ins("identity", "ms")
+        wal_ident = self.ins("identity", "wal_bytes")
         c1 = self.ins("nextval_c1", "ms")
         self.w("## 4. Inserts with a column default", "",
                f"`INSERT INTO bench_ins (v) SELECT g FROM generate_series(1, {n}) g` ({n:,} rows) into a fresh table "
                "`bench_ins (id <type> PRIMARY KEY DEFAULT <generator>, v integer)` (`CHECKPOINT` before each), "
                "timed with psql `\\timing` (autocommit, so the commit is included). The floor inserts explicit "
-               "keys (`SELECT g, g`). Index size: `pg_relation_size('bench_ins_pkey')` after the load.", "",
+               "keys (`SELECT g, g`). Index size: `pg_relation_size('bench_ins_pkey')` after the load. WAL: "
+               "`pg_wal_lsn_diff` of `pg_current_wal_lsn()` around the insert, per row (the commit and the "
+               "refills meanwhile included).", "",
                "| competitor | key type | load s | spread | rows per s | time vs identity | time vs nextval CACHE 1 "
-               "| pkey index MiB | table MiB |", "|---|---|---:|---:|---:|---:|---:|---:|---:|")
+               "| pkey index MiB | table MiB | WAL bytes per row | WAL vs identity |",
+               "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for key in [k for k in ["segment", "snowflake", "identity", "nextval_c1", "nextval_c1000", "uuid", "uuidv7",
                                 "floor"] if k in self.labels]:
             runs = self.s["insert"].get(key, [])
             ms = self.ins(key, "ms")
             typ = "uuid" if key in ("uuid", "uuidv7") else "bigint"
             name = "floor: explicit keys" if key == "floor" else self.label(key)
+            wal = self.ins(key, "wal_bytes")
             self.w(f"| {name} | {typ} | {f(ms and ms / 1000, 2)} | {pct(spread([x['ms'] for x in runs]))} | "
                    f"{f(n / ms * 1000 if ms else None)} | {ratio(ms, ident)} | {ratio(ms, c1)} | "
-                   f"{f(mib(self.ins(key, 'index_bytes')), 1)} | {f(mib(self.ins(key, 'heap_bytes')), 1)} |")
+                   f"{f(mib(self.ins(key, 'index_bytes')), 1)} | {f(mib(self.ins(key, 'heap_bytes')), 1)} | "
+                   f"{f(wal and wal / n, 1)} | {ratio(wal, wal_ident)} |")
         self.w("", "Time ratios: below 1 = faster than the reference. Every load is checked for the expected row "
                "count; the primary key refuses any duplicate ID.", "")
         ui, si = self.ins("uuid", "index_bytes"), self.ins("segment", "index_bytes")
@@ -615,6 +621,56 @@ class Report:
                 self.w(f"- *{t}*: {l}")
             self.w("")
 
+    def uuidv7_section(self):
+        """Where PostgreSQL 18's uuidv7() beats leaf_id in this run, and why."""
+        if "uuidv7" not in self.labels:
+            return
+        rows = []  # (what, uuidv7, best leaf_id mode, its figure, uuidv7 better?, unit)
+        def add(what, u, seg, sf, unit, higher_better):
+            cands = [(m, v) for m, v in (("segment", seg), ("snowflake", sf)) if v is not None]
+            if u is None or not cands:
+                return
+            best = (max if higher_better else min)(cands, key=lambda mv: mv[1])
+            wins = u > best[1] if higher_better else u < best[1]
+            rows.append((what, u, best, wins, unit, higher_better))
+        add("one session, ns per ID (section 1)", self.bulk_ns("uuidv7"), self.bulk_ns("segment"),
+            self.bulk_ns("snowflake"), "ns", False)
+        for c in self.p.get("clients", []):
+            ids = lambda k: (lambda v: v and v / 1e6)(self.scaling_ids(k, c))
+            add(f"{c} clients, M IDs per s (section 2)", ids("uuidv7"), ids("segment"), ids("snowflake"),
+                "M/s", True)
+        add("one ID per round trip, TPS (section 3)", self.rt("uuidv7", "tps"), self.rt("segment", "tps"),
+            self.rt("snowflake", "tps"), "TPS", True)
+        n = self.p["insert_rows"]
+        per_row = lambda k, fld: (lambda v: v and v / n)(self.ins(k, fld))
+        add("insert with a column default, s (section 4)", (lambda v: v and v / 1000)(self.ins("uuidv7", "ms")),
+            (lambda v: v and v / 1000)(self.ins("segment", "ms")),
+            (lambda v: v and v / 1000)(self.ins("snowflake", "ms")), "s", False)
+        add("primary-key index after the insert, MiB (section 4)", mib(self.ins("uuidv7", "index_bytes")),
+            mib(self.ins("segment", "index_bytes")), mib(self.ins("snowflake", "index_bytes")), "MiB", False)
+        add("WAL per inserted row, bytes (section 4)", per_row("uuidv7", "wal_bytes"),
+            per_row("segment", "wal_bytes"), per_row("snowflake", "wal_bytes"), "B", False)
+        if not rows:
+            return
+        self.w("## uuidv7() against leaf_id", "",
+               "PostgreSQL 18's built-in `uuidv7()` against the better of `leaf_segment_next` and "
+               "`leaf_snowflake_next` in each measurement of this run (medians as in the sections above).", "",
+               "| measurement | uuidv7() | better leaf_id mode | its figure | uuidv7() / leaf_id | uuidv7() wins |",
+               "|---|---:|---|---:|---:|---|")
+        for what, u, (mode, v), wins, unit, hb in rows:
+            d = {"TPS": 0, "ns": 1, "B": 1, "MiB": 1}.get(unit, 2)
+            self.w(f"| {what} | {f(u, d)} | {mode} | {f(v, d)} | {ratio(u, v)} | {'**yes**' if wins else 'no'} |")
+        won = [r[0] for r in rows if r[3]]
+        self.w("")
+        if won:
+            self.w("Where `uuidv7()` wins here: " + "; ".join(won) + ". Why: `uuidv7()` keeps its state in the "
+                   "backend (a per-backend last timestamp and random bits), so concurrent sessions share no cache "
+                   "line and nothing waits, while every leaf_id call reads the tag's or the generator's shared "
+                   "slot. Its cost is elsewhere: 16-byte keys, so a larger index and more WAL per row (the rows above), "
+                   "and no decodable worker or tag.", "")
+        else:
+            self.w("`uuidv7()` wins none of these measurements in this run.", "")
+
     def build(self):
         self.header()
         body_start = len(self.lines)
@@ -622,6 +678,7 @@ class Report:
         self.scaling()
         self.roundtrip()
         self.insert()
+        self.uuidv7_section()
         self.refill()
         self.batch()
         body = self.lines[body_start:]

@@ -445,20 +445,25 @@ def bench_insert():
                 psql(f"DROP TABLE IF EXISTS bench_ins; CREATE TABLE bench_ins ({coldef}, v integer NOT NULL);"
                      " CHECKPOINT;")
                 pre = counters()
-                out = psql(f"SELECT 'warm', {warm};\n\\timing on\n{ins};\n\\timing off\n"
+                # WAL: the LSN moved by the insert (its commit, the worker's
+                # refills meanwhile and any other writer of the cluster included)
+                out = psql(f"SELECT 'warm', {warm};\nSELECT pg_current_wal_lsn() AS lsn0 \\gset\n"
+                           f"\\timing on\n{ins};\n\\timing off\n"
                            "SELECT 'size', pg_relation_size('bench_ins_pkey'), pg_relation_size('bench_ins'), "
-                           "count(*) FROM bench_ins;\n")
+                           "count(*), pg_wal_lsn_diff(pg_current_wal_lsn(), :'lsn0')::bigint FROM bench_ins;\n")
                 post = counters()
                 m = re.search(r"^Time: ([\d.]+) ms", out, re.M)
                 if not m:
                     raise BenchError(f"no timing in output: {out[:400]}")
-                idx, heap, cnt = map(int, tagged(out, "size"))
+                idx, heap, cnt, wal = map(int, tagged(out, "size"))
                 if cnt != n:  # the primary key has already refused any duplicate id
                     note_error(f"insert {key} rep {rep + 1}", f"{cnt} rows, expected {n}")
-                r = {"ms": float(m.group(1)), "index_bytes": idx, "heap_bytes": heap, "rows": cnt}
+                r = {"ms": float(m.group(1)), "index_bytes": idx, "heap_bytes": heap, "rows": cnt,
+                     "wal_bytes": wal}
                 r.update(delta(pre, post))
                 res[key].append(r)
-                log(f"insert rep {rep + 1} {key:14s} {r['ms']:9.1f} ms  pkey {idx / 1048576:6.1f} MiB")
+                log(f"insert rep {rep + 1} {key:14s} {r['ms']:9.1f} ms  pkey {idx / 1048576:6.1f} MiB"
+                    f"  WAL {wal / cnt if cnt else 0:6.1f} B/row")
             except (BenchError, subprocess.TimeoutExpired) as e:
                 note_error(f"insert {key} rep {rep + 1}", str(e))
     try:
