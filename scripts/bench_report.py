@@ -637,7 +637,7 @@ class Report:
             self.bulk_ns("snowflake"), "ns", False)
         for c in self.p.get("clients", []):
             ids = lambda k: (lambda v: v and v / 1e6)(self.scaling_ids(k, c))
-            add(f"{c} clients, M IDs per s (section 2)", ids("uuidv7"), ids("segment"), ids("snowflake"),
+            add(f"{c} client{'s' if c > 1 else ''}, M IDs per s (section 2)", ids("uuidv7"), ids("segment"), ids("snowflake"),
                 "M/s", True)
         add("one ID per round trip, TPS (section 3)", self.rt("uuidv7", "tps"), self.rt("segment", "tps"),
             self.rt("snowflake", "tps"), "TPS", True)
