@@ -4,11 +4,12 @@
 //!
 //! The pure core (no pgrx): `buffer` (the double buffer's state machine),
 //! `step` (the dynamic step), `reserve` (the Citus reserve's rules and file
-//! format). Inside Postgres: `sql` (the SQL functions), `jobs` (the segment
+//! format), `opaque` (the keyed permutation of opaque tags). Inside Postgres: `sql` (the SQL functions), `jobs` (the segment
 //! worker's scheduling), `refill` (one refill), `reserve_file` (the
 //! reserve's file).
 pub mod buffer;
 pub mod jobs;
+pub mod opaque;
 pub mod refill;
 pub mod reserve;
 pub mod reserve_file;
