@@ -21,7 +21,7 @@ LAYOUT_PER_MS = 4096            # 12-bit sequence
 RANDOM_START_PER_MS = 4096 - 49.5  # Leaf's random 0..99 start costs 49.5 IDs per ms on average
 
 # the competitors in table order; uuidv7 only where the run had it (PostgreSQL 18)
-ALL_ORDER = ["segment", "snowflake", "nextval_c1", "nextval_c1000", "uuid", "uuidv7", "floor"]
+ALL_ORDER = ["segment", "opaque", "snowflake", "nextval_c1", "nextval_c1000", "uuid", "uuidv7", "floor"]
 ORDER = ALL_ORDER
 
 
@@ -621,6 +621,27 @@ class Report:
                 self.w(f"- *{t}*: {l}")
             self.w("")
 
+    def opaque_section(self):
+        """Opaque segment IDs against plain ones, from sections 1 and 2."""
+        if "opaque" not in self.labels:
+            return
+        seg, opq = self.bulk_ns("segment"), self.bulk_ns("opaque")
+        rows = [("one session, ns per ID (section 1)", seg, opq, 1, False)]
+        for c in (8,) if 8 in self.p.get("clients", []) else ():
+            s8, o8 = self.scaling_ids("segment", c), self.scaling_ids("opaque", c)
+            rows.append((f"{c} clients, M IDs per s (section 2)", s8 and s8 / 1e6, o8 and o8 / 1e6, 2, True))
+        self.w("## Opaque IDs against plain segment IDs", "",
+               "`leaf_segment_next('t_opq')`, a tag of the same step whose opaque domain (63 bits) permutes each "
+               "counter value (ten SipHash-2-4 rounds, docs/opaque-ids.md), against `leaf_segment_next('t')` "
+               "in the same run.", "",
+               "| measurement | plain | opaque | opaque / plain |", "|---|---:|---:|---:|")
+        for what, plain, opaque, d, higher_better in rows:
+            self.w(f"| {what} | {f(plain, d)} | {f(opaque, d)} | {ratio(opaque, plain)} |")
+        if seg and opq:
+            self.w("", f"The permutation costs {f(opq - seg, 1)} ns per ID in one session.", "")
+        else:
+            self.w("")
+
     def uuidv7_section(self):
         """Where PostgreSQL 18's uuidv7() beats leaf_id in this run, and why."""
         if "uuidv7" not in self.labels:
@@ -678,6 +699,7 @@ class Report:
         self.scaling()
         self.roundtrip()
         self.insert()
+        self.opaque_section()
         self.uuidv7_section()
         self.refill()
         self.batch()

@@ -80,6 +80,7 @@ if P["reps"] < 1:
 # Competitors that can be drawn in a SELECT: key, label, SQL expression.
 GENERATORS = [
     ("segment", "leaf_segment_next('t')", "leaf_segment_next('t')"),
+    ("opaque", "leaf_segment_next('t_opq'), opaque", "leaf_segment_next('t_opq')"),
     ("snowflake", "leaf_snowflake_next()", "leaf_snowflake_next()"),
     ("nextval_c1", "nextval, CACHE 1", "nextval('s1')"),
     ("nextval_c1000", "nextval, CACHE 1000", "nextval('s1000')"),
@@ -227,6 +228,9 @@ def setup():
     psql(f"""
 CREATE EXTENSION leaf_id;
 INSERT INTO leaf_alloc (biz_tag, step, description) VALUES ('t', {P['seg_step']}, 'benchmark tag');
+SELECT leaf_opaque_create('bench_domain');
+INSERT INTO leaf_alloc (biz_tag, step, description, opaque_domain)
+VALUES ('t_opq', {P['seg_step']}, 'benchmark tag, opaque', 'bench_domain');
 CREATE SEQUENCE s1 CACHE 1;
 CREATE SEQUENCE s1000 CACHE 1000;
 CREATE FUNCTION bench_time(q text, OUT us double precision, OUT n bigint) LANGUAGE plpgsql AS $f$
@@ -239,9 +243,9 @@ END $f$;
 """)
     # first use starts the database's worker, claims the snowflake worker id
     # and loads the tag: not part of any measurement.
-    out = psql("SELECT 'w', count(leaf_segment_next('t')), count(leaf_snowflake_next()) "
-               "FROM generate_series(1, 100000);")
-    if tagged(out, "w") != ["100000", "100000"]:
+    out = psql("SELECT 'w', count(leaf_segment_next('t')), count(leaf_snowflake_next()), "
+               "count(leaf_segment_next('t_opq')) FROM generate_series(1, 100000);")
+    if tagged(out, "w") != ["100000", "100000", "100000"]:
         raise BenchError(f"warm-up returned wrong counts: {out}")
 
 

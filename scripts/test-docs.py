@@ -24,6 +24,8 @@ URL = urlparse(os.environ["LEAF_ID_URL"])
 CONTEXTS = {
     "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('order', 1000);": ("", "fresh"),
     "ALTER EXTENSION leaf_id UPDATE;": ("", "fresh"),
+    "SELECT leaf_opaque_create('public_order', bits => 53);   -- a domain: a fresh secret key and a width":
+        ("", "fresh"),
     "UPDATE leaf_alloc SET max_id = GREATEST(max_id, 123456789) WHERE biz_tag = 'order';": (
         "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('order', 1000);", "fresh"),
     "ALTER DATABASE app_copy SET leaf_id.node_name = 'db1:app_copy';": (
@@ -39,9 +41,9 @@ CONTEXTS = {
 # blocks run by another suite: the file that must hold them, and how it
 # spells the statement
 ELSEWHERE = {
-    "SELECT create_reference_table('leaf_alloc'), create_reference_table('leaf_worker');":
+    "SELECT create_reference_table('leaf_opaque_domain'), create_reference_table('leaf_alloc'), create_reference_table('leaf_worker');":
         ("tests/citus/CitusTap.pm",
-         "q{SELECT create_reference_table('leaf_alloc'), create_reference_table('leaf_worker')}"),
+         "q{SELECT create_reference_table('leaf_opaque_domain'), create_reference_table('leaf_alloc'), create_reference_table('leaf_worker')}"),
 }
 
 

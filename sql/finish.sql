@@ -8,9 +8,9 @@ COMMENT ON FUNCTION leaf_segment_next(text) IS
 COMMENT ON FUNCTION leaf_segment_next(text, integer) IS
   'n IDs of a segment-mode tag in one call (a set); n IDs that fit in the current segment cost one atomic step.';
 COMMENT ON FUNCTION leaf_segment_status() IS
-  'Cached segment-mode tags of this database: both segments, refills, waits, dynamic step.';
+  'Cached segment-mode tags of this database: both segments, refills, waits, dynamic step, the width of an opaque tag''s domain.';
 COMMENT ON VIEW leaf_segment_status IS
-  'Cached segment-mode tags of this database: both segments, refills, waits, dynamic step.';
+  'Cached segment-mode tags of this database: both segments, refills, waits, dynamic step, the width of an opaque tag''s domain.';
 COMMENT ON FUNCTION leaf_snowflake_next() IS
   'Next snowflake ID: (ms - epoch) << 22 | worker_id << 12 | sequence, as Meituan Leaf.';
 COMMENT ON FUNCTION leaf_snowflake_next(integer) IS
@@ -299,6 +299,144 @@ REVOKE EXECUTE ON FUNCTION leaf_snowflake_release_worker_id(integer),
     leaf_id_column_max(oid, text),
     leaf_segment_adopt_sequence(regclass, text, integer),
     leaf_snowflake_adopt_sequence(regclass) FROM PUBLIC;
+
+-- Opaque IDs (docs/opaque-ids.md): domains are created and dropped by
+-- superusers; encoding and decoding reveal a tag's count, so they need an
+-- explicit grant; the key never leaves leaf_opaque_domain.
+
+CREATE VIEW leaf_opaque_domains AS
+SELECT d.name, d.bits, d.created,
+       (SELECT pg_catalog.array_agg(a.biz_tag ORDER BY a.biz_tag)
+          FROM @extschema@.leaf_alloc a
+         WHERE a.opaque_domain OPERATOR(pg_catalog.=) d.name) AS tags
+  FROM @extschema@.leaf_opaque_domain d;
+
+CREATE FUNCTION leaf_opaque_create(name text, bits integer DEFAULT 63) RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    domain ALIAS FOR $1;
+    width ALIAS FOR $2;
+BEGIN
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER) THEN
+        RAISE EXCEPTION 'permission denied for function leaf_opaque_create'
+            USING ERRCODE = '42501', HINT = 'Only superusers may create an opaque domain.';
+    END IF;
+    IF domain IS NULL OR width IS NULL THEN
+        RAISE EXCEPTION 'the name and the width of an opaque domain must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.char_length(domain) NOT BETWEEN 1 AND 128 THEN
+        RAISE EXCEPTION 'an opaque domain name is 1 to 128 characters long; this one has %',
+            pg_catalog.char_length(domain) USING ERRCODE = '22023';
+    END IF;
+    IF width NOT BETWEEN 16 AND 63 THEN
+        RAISE EXCEPTION 'the width of an opaque domain is 16 to 63 bits; % was given', width
+            USING ERRCODE = '22023', HINT = '63 (the default) covers every non-negative bigint; 53 keeps IDs exact in JavaScript numbers.';
+    END IF;
+    BEGIN
+        INSERT INTO @extschema@.leaf_opaque_domain (name, bits, key)
+        VALUES (domain, width, @extschema@.leaf_id_random_key());
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'opaque domain "%" already exists', domain USING ERRCODE = '42710';
+    END;
+    RETURN domain;
+END
+$fn$;
+
+CREATE FUNCTION leaf_opaque_drop(name text) RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    domain ALIAS FOR $1;
+    users text[];
+BEGIN
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER) THEN
+        RAISE EXCEPTION 'permission denied for function leaf_opaque_drop'
+            USING ERRCODE = '42501', HINT = 'Only superusers may drop an opaque domain.';
+    END IF;
+    IF domain IS NULL THEN
+        RAISE EXCEPTION 'the name of an opaque domain must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    -- the row lock makes a concurrent drop wait; a tag's row names it
+    PERFORM 1 FROM @extschema@.leaf_opaque_domain d WHERE d.name OPERATOR(pg_catalog.=) domain FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'opaque domain "%" does not exist', domain USING ERRCODE = '42704';
+    END IF;
+    SELECT pg_catalog.array_agg(a.biz_tag ORDER BY a.biz_tag) INTO users
+      FROM @extschema@.leaf_alloc a WHERE a.opaque_domain OPERATOR(pg_catalog.=) domain;
+    IF users IS NOT NULL THEN
+        RAISE EXCEPTION 'opaque domain "%" is used by tags %', domain, users
+            USING ERRCODE = '2BP01', DETAIL = 'Its key decodes the IDs those tags issued.';
+    END IF;
+    DELETE FROM @extschema@.leaf_opaque_domain d WHERE d.name OPERATOR(pg_catalog.=) domain;
+    RETURN domain;
+END
+$fn$;
+
+-- encode and decode read the key as the extension's owner: callers need
+-- EXECUTE (granted explicitly), never the key's table
+CREATE FUNCTION leaf_opaque_encode(domain text, value bigint) RETURNS bigint
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    width integer;
+    secret bytea;
+BEGIN
+    IF $1 IS NULL OR $2 IS NULL THEN
+        RAISE EXCEPTION 'leaf_opaque_encode: the domain and the value must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    SELECT d.bits, d.key INTO width, secret
+      FROM @extschema@.leaf_opaque_domain d WHERE d.name OPERATOR(pg_catalog.=) $1;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'opaque domain "%" does not exist', $1 USING ERRCODE = '42704';
+    END IF;
+    RETURN @extschema@.leaf_id_opaque_permute(width, secret, $2, false);
+END
+$fn$;
+
+CREATE FUNCTION leaf_opaque_decode(domain text, id bigint) RETURNS bigint
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    width integer;
+    secret bytea;
+BEGIN
+    IF $1 IS NULL OR $2 IS NULL THEN
+        RAISE EXCEPTION 'leaf_opaque_decode: the domain and the ID must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    SELECT d.bits, d.key INTO width, secret
+      FROM @extschema@.leaf_opaque_domain d WHERE d.name OPERATOR(pg_catalog.=) $1;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'opaque domain "%" does not exist', $1 USING ERRCODE = '42704';
+    END IF;
+    RETURN @extschema@.leaf_id_opaque_permute(width, secret, $2, true);
+END
+$fn$;
+
+COMMENT ON VIEW leaf_opaque_domains IS
+  'Opaque domains: name, width, creation time and the tags that use each; never the key.';
+COMMENT ON FUNCTION leaf_opaque_create(text, integer) IS
+  'Creates an opaque domain: a fresh 128-bit key from pg_strong_random and a width of 16 to 63 bits (default 63). Superusers only.';
+COMMENT ON FUNCTION leaf_opaque_drop(text) IS
+  'Drops an opaque domain that no tag uses (its key is gone for good: IDs issued through it can no longer be decoded). Superusers only.';
+COMMENT ON FUNCTION leaf_opaque_encode(text, bigint) IS
+  'The opaque ID of a counter value in a domain: its keyed permutation of [0, 2^bits). Needs an explicit grant.';
+COMMENT ON FUNCTION leaf_opaque_decode(text, bigint) IS
+  'The counter value of an opaque ID of a domain (the inverse of leaf_opaque_encode); reveals a tag''s count, so it needs an explicit grant.';
+COMMENT ON FUNCTION leaf_id_random_key() IS
+  'Internal to leaf_opaque_create: 16 bytes from pg_strong_random.';
+COMMENT ON FUNCTION leaf_id_opaque_permute(integer, bytea, bigint, boolean) IS
+  'Internal to leaf_opaque_encode and leaf_opaque_decode: the permutation (or its inverse) of a value under a width and key.';
+
+REVOKE ALL ON leaf_opaque_domain, leaf_opaque_domains FROM PUBLIC;
+GRANT SELECT ON leaf_opaque_domains TO pg_monitor;
+REVOKE EXECUTE ON FUNCTION leaf_opaque_create(text, integer), leaf_opaque_drop(text),
+    leaf_opaque_encode(text, bigint), leaf_opaque_decode(text, bigint),
+    leaf_id_random_key(), leaf_id_opaque_permute(integer, bytea, bigint, boolean) FROM PUBLIC;
 
 -- Only the privileges above are meant: grants that the installing role's
 -- ALTER DEFAULT PRIVILEGES gave other roles on leaf_id's tables, views and

@@ -8,7 +8,9 @@ CREATE TABLE leaf_alloc (
     step        integer     NOT NULL
                             CONSTRAINT leaf_alloc_step_positive CHECK (step >= 1),
     description text,
-    update_time timestamptz NOT NULL DEFAULT now()
+    update_time timestamptz NOT NULL DEFAULT now(),
+    opaque_domain text,
+    opaque_check  bigint
 );
 SELECT pg_catalog.pg_extension_config_dump('leaf_alloc', '');
 
@@ -18,6 +20,24 @@ COMMENT ON COLUMN leaf_alloc.biz_tag IS 'Tag name passed to leaf_segment_next(),
 COMMENT ON COLUMN leaf_alloc.max_id IS 'First ID not yet reserved by any segment.';
 COMMENT ON COLUMN leaf_alloc.step IS 'Minimum segment size; the dynamic step grows from it (changes apply at the next refill).';
 COMMENT ON COLUMN leaf_alloc.update_time IS 'Time of the last refill.';
+COMMENT ON COLUMN leaf_alloc.opaque_domain IS 'A name in leaf_opaque_domain: the tag hands out that domain''s keyed permutation of its counter instead of the counter (NULL: plain IDs). Set it before the tag''s first ID: a refill refuses a domain that differs from the one its earlier IDs were issued under (55000).';
+COMMENT ON COLUMN leaf_alloc.opaque_check IS 'Written by each refill: a fingerprint of the encoding the reserved IDs are issued under (0: plain; else SipHash of a constant under the domain''s key and width, which reveals nothing of the key). NULL: no refill yet.';
+
+CREATE TABLE leaf_opaque_domain (
+    name    text        PRIMARY KEY
+                        CONSTRAINT leaf_opaque_domain_name_length CHECK (char_length(name) BETWEEN 1 AND 128),
+    bits    integer     NOT NULL
+                        CONSTRAINT leaf_opaque_domain_bits_range CHECK (bits BETWEEN 16 AND 63),
+    key     bytea       NOT NULL
+                        CONSTRAINT leaf_opaque_domain_key_length CHECK (octet_length(key) = 16),
+    created timestamptz NOT NULL DEFAULT now()
+);
+SELECT pg_catalog.pg_extension_config_dump('leaf_opaque_domain', '');
+
+COMMENT ON TABLE leaf_opaque_domain IS
+  'leaf_id opaque IDs: one row per domain (leaf_opaque_create), a secret 128-bit key and a width. Superusers only (the key is the secret); leaf_opaque_domains shows the rest. Never edit a row: a tag refuses to go on under a changed key or width.';
+COMMENT ON COLUMN leaf_opaque_domain.bits IS 'Width: the domain permutes [0, 2^bits), 16 to 63.';
+COMMENT ON COLUMN leaf_opaque_domain.key IS 'The secret key (16 bytes from pg_strong_random).';
 
 CREATE TABLE leaf_worker (
     worker_id      integer     PRIMARY KEY

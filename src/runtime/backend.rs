@@ -178,11 +178,12 @@ pub fn shared_db() -> (&'static Shared, usize) {
 }
 
 /// `n` IDs for a batch call, drawn in chunks: `take(left)` gives up to
-/// `left` consecutive IDs as `(first, count)`, `count >= 1`. NULL and
-/// negative `n` are refused.
-pub fn ids_in_chunks(
+/// `left` consecutive values as `(first, count, encode)`, `count >= 1`,
+/// each handed out as `encode(value)` (an opaque tag's permutation, or the
+/// value itself). NULL and negative `n` are refused.
+pub fn ids_in_chunks<E: Fn(i64) -> i64 + 'static>(
     n: Option<i32>,
-    mut take: impl FnMut(i64) -> (i64, i64) + 'static,
+    mut take: impl FnMut(i64) -> (i64, i64, E) + 'static,
 ) -> pgrx::iter::SetOfIterator<'static, i64> {
     let n = match n {
         None => raise(
@@ -202,16 +203,19 @@ pub fn ids_in_chunks(
     // no faster than its rows are used
     let mut left = n;
     let mut chunk = 0..0;
+    let mut encode: Option<E> = None;
     pgrx::iter::SetOfIterator::new(std::iter::from_fn(move || {
         if chunk.is_empty() {
             if left == 0 {
                 return None;
             }
             pgrx::check_for_interrupts!();
-            let (first, count) = take(left);
+            let (first, count, e) = take(left);
             chunk = first..first + count;
+            encode = Some(e);
             left -= count;
         }
-        chunk.next()
+        let value = chunk.next()?;
+        Some(encode.as_ref().map_or(value, |e| e(value)))
     }))
 }

@@ -8,6 +8,7 @@
 //! a valid empty state.
 
 use crate::segment::buffer::SegmentPair;
+use crate::segment::opaque::Domain;
 use crate::settings;
 use crate::snowflake::generator::Generator;
 use pgrx::pg_sys;
@@ -191,6 +192,57 @@ pub struct TagSlot {
     pub last_refill_us: AtomicI64,
     /// Guarded by the slot's lock.
     pub error: ErrorCell,
+    /// How this slot's IDs are encoded, set by the worker before it
+    /// publishes the epoch's first segment and never changed within the
+    /// epoch (a refill that reads another encoding is refused).
+    pub encoding: EncodingCell,
+}
+
+/// A tag slot's encoding: `bits` 0 = plain IDs, else an opaque domain of
+/// that width and key. `set` tells whether the epoch's first refill has
+/// set it. Zeroed memory is "not set".
+#[repr(C)]
+pub struct EncodingCell {
+    set: AtomicBool,
+    bits: AtomicU32,
+    k0: AtomicU64,
+    k1: AtomicU64,
+}
+
+impl EncodingCell {
+    /// The encoding, once set: `Some(None)` plain, `Some(Some(d))` opaque.
+    pub fn get(&self) -> Option<Option<Domain>> {
+        if !self.set.load(SeqCst) {
+            return None;
+        }
+        Some(self.domain())
+    }
+
+    /// The domain to encode with: read after taking IDs from a published
+    /// segment, which the worker published after setting this.
+    pub fn domain(&self) -> Option<Domain> {
+        match self.bits.load(SeqCst) {
+            0 => None,
+            bits => Domain::from_key_words(bits, self.k0.load(SeqCst), self.k1.load(SeqCst)),
+        }
+    }
+
+    /// The slot's lock held, before the first publish of the epoch.
+    pub fn set(&self, domain: Option<Domain>) {
+        let (bits, (k0, k1)) = domain.map_or((0, (0, 0)), |d| (d.bits(), d.key_words()));
+        self.k0.store(k0, SeqCst);
+        self.k1.store(k1, SeqCst);
+        self.bits.store(bits, SeqCst);
+        self.set.store(true, SeqCst);
+    }
+
+    /// The slot's lock held, after the epoch changed.
+    fn clear(&self) {
+        self.set.store(false, SeqCst);
+        self.bits.store(0, SeqCst);
+        self.k0.store(0, SeqCst);
+        self.k1.store(0, SeqCst);
+    }
 }
 
 impl DbSlot {
@@ -645,6 +697,7 @@ impl Shared {
         slot.waits.store(0, SeqCst);
         slot.refill_in_flight.store(false, SeqCst);
         slot.refill_requested.store(true, SeqCst);
+        slot.encoding.clear();
         slot.status.store(TagStatus::Loading as u32, SeqCst);
         slot.dboid.store(dboid, SeqCst);
         Ok((i, slot.epoch.load(SeqCst)))
@@ -660,6 +713,7 @@ impl Shared {
         }
         slot.epoch.fetch_add(1, SeqCst);
         slot.pair.retire();
+        slot.encoding.clear();
         slot.status.store(TagStatus::Free as u32, SeqCst);
         slot.dboid.store(0, SeqCst);
     }

@@ -25,11 +25,15 @@ use std::panic::AssertUnwindSafe;
 /// The catalog version (the extension's SQL objects) this library serves.
 pub const CATALOG_VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// The older catalogs the library still serves, for segment mode only:
-/// 0.1.0's leaf_worker has no owner_token and 0.2.0's no pinned copies
-/// (`copies`, `holder_copy`), which snowflake mode needs; 0.1.0 also has no
-/// leaf_alloc_tuning (`catalog_is_legacy`).
-pub const OLDER_CATALOGS: &[&str] = &["0.1.0", "0.2.0"];
+/// The older catalogs the library still serves: 0.3.0 has no opaque IDs
+/// (`catalog_has_opaque`); 0.1.0's leaf_worker has no owner_token and
+/// 0.2.0's no pinned copies (`copies`, `holder_copy`), which snowflake mode
+/// needs, so those two serve segment mode only (`catalog_lacks_snowflake`);
+/// 0.1.0 also has no leaf_alloc_tuning (`catalog_is_legacy`).
+pub const OLDER_CATALOGS: &[&str] = &["0.1.0", "0.2.0", "0.3.0"];
+
+/// The older catalogs snowflake mode cannot run on.
+const CATALOGS_WITHOUT_SNOWFLAKE: &[&str] = &["0.1.0", "0.2.0"];
 
 /// The oldest catalog served: no owner token, no tuning table.
 pub const LEGACY_CATALOG: &str = "0.1.0";
@@ -44,9 +48,16 @@ pub fn catalog_is_legacy() -> bool {
     JOB_CATALOG.with(|c| c.get()) == Some(LEGACY_CATALOG)
 }
 
-/// Is the running job's database on an older catalog than the library's?
-pub fn catalog_is_older() -> bool {
-    JOB_CATALOG.with(|c| c.get()).is_some()
+/// Is the running job's database on a catalog too old for snowflake mode?
+pub fn catalog_lacks_snowflake() -> bool {
+    JOB_CATALOG
+        .with(|c| c.get())
+        .is_some_and(|v| CATALOGS_WITHOUT_SNOWFLAKE.contains(&v))
+}
+
+/// Does the running job's catalog have opaque IDs (0.4.0 on)?
+pub fn catalog_has_opaque() -> bool {
+    JOB_CATALOG.with(|c| c.get()).is_none()
 }
 
 /// The error of a job that needs the current catalog.

@@ -32,6 +32,7 @@ pub enum Table {
     Alloc,
     AllocTuning,
     Worker,
+    OpaqueDomain,
 }
 
 impl Table {
@@ -40,6 +41,7 @@ impl Table {
             Table::Alloc => "leaf_alloc",
             Table::AllocTuning => "leaf_alloc_tuning",
             Table::Worker => "leaf_worker",
+            Table::OpaqueDomain => "leaf_opaque_domain",
         }
     }
 }
@@ -182,11 +184,26 @@ pub const RUN_ON_WORKER: &str =
 // --- segment mode: leaf_alloc ------------------------------------------
 
 /// Lock the row of tag $1 by a write (max_id, step).
-pub fn alloc_lock_row(s: &Schema) -> String {
+/// With `opaque` (catalog 0.4.0 on) also the tag's opaque domain and the
+/// fingerprint of the encoding its last refill recorded.
+pub fn alloc_lock_row(s: &Schema, opaque: bool) -> String {
     format!(
         "UPDATE {} SET update_time = pg_catalog.now() \
-         WHERE biz_tag OPERATOR(pg_catalog.=) $1 RETURNING max_id, step",
-        s.table(Table::Alloc)
+         WHERE biz_tag OPERATOR(pg_catalog.=) $1 RETURNING max_id, step{}",
+        s.table(Table::Alloc),
+        if opaque {
+            ", opaque_domain, opaque_check"
+        } else {
+            ""
+        }
+    )
+}
+
+/// Width and key of opaque domain $1.
+pub fn opaque_domain_key(s: &Schema) -> String {
+    format!(
+        "SELECT bits, key FROM {} WHERE name OPERATOR(pg_catalog.=) $1",
+        s.table(Table::OpaqueDomain)
     )
 }
 
@@ -201,8 +218,11 @@ pub fn alloc_row_exists(s: &Schema) -> String {
 /// Record max_id = $2 for tag $1 if it is still $3: every copy of the row
 /// must say $3, or the statement fails (`leaf_id_alloc_row_conflict`); a
 /// 0.1.0 catalog has no such function and matches in the WHERE clause.
-pub fn alloc_record_end(s: &Schema, legacy: bool) -> String {
+/// With `opaque` (catalog 0.4.0 on), also records fingerprint $4 of the
+/// encoding the range is issued under (`leaf_alloc.opaque_check`).
+pub fn alloc_record_end(s: &Schema, legacy: bool, opaque: bool) -> String {
     let table = s.table(Table::Alloc);
+    let check = if opaque { ", opaque_check = $4" } else { "" };
     if legacy {
         format!(
             "UPDATE {table} SET update_time = pg_catalog.now(), max_id = $2 \
@@ -212,7 +232,7 @@ pub fn alloc_record_end(s: &Schema, legacy: bool) -> String {
         format!(
             "UPDATE {table} SET update_time = pg_catalog.now(), max_id = \
              CASE WHEN max_id OPERATOR(pg_catalog.=) $3 THEN $2 \
-             ELSE {}(biz_tag, max_id) END \
+             ELSE {}(biz_tag, max_id) END{check} \
              WHERE biz_tag OPERATOR(pg_catalog.=) $1 RETURNING max_id",
             s.function("leaf_id_alloc_row_conflict")
         )

@@ -296,12 +296,27 @@ impl SegmentJobs {
             }
             Err(e) => Err(e),
         };
+        // within the slot's epoch every segment has one encoding (a row
+        // deleted and inserted again with another domain in this server
+        // lifetime: the epoch's first IDs were issued under the old one).
+        // Only this worker sets it.
+        let result = match result {
+            Ok(r) if slot.encoding.get().is_some_and(|e| e != r.encoding) => {
+                Err(encoding_changed_in_lifetime(&tag))
+            }
+            other => other,
+        };
         {
             let _g = sh.lock_tag(i);
             slot.refill_in_flight.store(false, SeqCst);
             if slot.epoch.load(SeqCst) == epoch {
                 match &result {
                     Ok(r) => {
+                        if slot.encoding.get().is_none() {
+                            // set before the publish: a caller that takes
+                            // from the segment reads it after
+                            slot.encoding.set(r.encoding);
+                        }
                         // committed: only now may its IDs be handed out
                         let published = slot.pair.publish(target, r.start, r.len);
                         debug_assert!(published);
@@ -419,6 +434,16 @@ impl SegmentJobs {
             .retain(|(i, epoch), _| sh.tag(*i).epoch.load(SeqCst) == *epoch);
         sh.broadcast(ctx.db);
     }
+}
+
+fn encoding_changed_in_lifetime(tag: &str) -> JobError {
+    JobError::new(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!(
+            "tag \"{tag}\" now has another opaque domain (or none) than the IDs this server issued for it, so its IDs could repeat: \
+             a tag's opaque domain cannot change once it has issued IDs (put leaf_alloc.opaque_domain back, or use a new tag)"
+        ),
+    )
 }
 
 fn warn_reserve_failed(tag: &str, e: &JobError) {

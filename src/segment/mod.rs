@@ -1,15 +1,17 @@
 //! Segment mode: ranges of IDs reserved from `leaf_alloc`, double-buffered
 //! in shared memory, and on Citus a reserve kept for refills while a node is
-//! down.
+//! down; an opaque tag hands out a keyed permutation of its counter.
 //!
 //! The pure core (no pgrx): `buffer` (the double buffer's state machine),
 //! `step` (the dynamic step), `reserve` (the Citus reserve's rules and file
-//! format), `opaque` (the keyed permutation of opaque tags). Inside Postgres: `sql` (the SQL functions), `jobs` (the segment
-//! worker's scheduling), `refill` (one refill), `reserve_file` (the
-//! reserve's file).
+//! format), `opaque` (the keyed permutation). Inside Postgres: `sql` (the
+//! SQL functions), `opaque_sql` (the opaque domains' Rust functions), `jobs`
+//! (the segment worker's scheduling), `refill` (one refill), `reserve_file`
+//! (the reserve's file).
 pub mod buffer;
 pub mod jobs;
 pub mod opaque;
+pub mod opaque_sql;
 pub mod refill;
 pub mod reserve;
 pub mod reserve_file;

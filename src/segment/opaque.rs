@@ -75,8 +75,33 @@ impl Domain {
         })
     }
 
+    /// A domain from the words `key_words` gave (shared memory holds them).
+    pub fn from_key_words(bits: u32, k0: u64, k1: u64) -> Option<Domain> {
+        (MIN_BITS..=MAX_BITS)
+            .contains(&bits)
+            .then_some(Domain { bits, k0, k1 })
+    }
+
+    pub fn key_words(&self) -> (u64, u64) {
+        (self.k0, self.k1)
+    }
+
     pub fn bits(&self) -> u32 {
         self.bits
+    }
+
+    /// A fingerprint of the encoding, kept in the tag's row
+    /// (`leaf_alloc.opaque_check`) so that a refill can tell that the IDs
+    /// before it were issued under the same key and width: SipHash under
+    /// the key of a constant and the width, which tells nothing of the key.
+    /// Never 0, which stands for plain IDs.
+    pub fn fingerprint(&self) -> i64 {
+        let mut msg = *b"leaf_id opaque check, width \0";
+        msg[msg.len() - 1] = self.bits as u8;
+        match siphash24(self.k0, self.k1, &msg) as i64 {
+            0 => 1,
+            f => f,
+        }
     }
 
     /// The largest value of the domain: `2^bits - 1`.
@@ -287,6 +312,20 @@ mod tests {
             shown, "Domain { bits: 63, key: <hidden> }",
             "the key is not printed"
         );
+    }
+
+    #[test]
+    fn fingerprints_tell_keys_and_widths_apart() {
+        let mut other = KEY;
+        other[0] ^= 0x80;
+        let f = domain(53).fingerprint();
+        assert_ne!(f, 0);
+        assert_ne!(f, domain(52).fingerprint());
+        assert_ne!(f, Domain::new(53, &other).unwrap().fingerprint());
+        assert_eq!(f, domain(53).fingerprint());
+        let (k0, k1) = domain(53).key_words();
+        assert_eq!(Domain::from_key_words(53, k0, k1), Some(domain(53)));
+        assert_eq!(Domain::from_key_words(0, k0, k1), None);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::runtime::shmem::shared;
 use crate::runtime::transaction::in_transaction;
 use crate::runtime::worker_sql::{self as sql, Schema, Table};
 use crate::segment::buffer::MAX_SEGMENT_LEN;
+use crate::segment::opaque::Domain;
 use crate::segment::reserve::{NoRange, Reserve};
 use crate::segment::reserve_file::save_reserve;
 use crate::segment::step::{PreviousRefill, StepPolicy};
@@ -28,6 +29,9 @@ pub(crate) struct Reserved {
     pub(crate) extra: Option<(u32, (i64, i64))>,
     /// The tag's row was below this server's reservations: drop its reserve.
     pub(crate) drop_kept: bool,
+    /// The range's IDs are this opaque domain's permutation of the counter
+    /// (None: plain).
+    pub(crate) encoding: Option<Domain>,
 }
 
 /// leaf_alloc's OID (the reserve is bound to the table it came from).
@@ -63,8 +67,9 @@ pub(crate) fn reserve(
         // write is serialized with the writes of every other node, so the
         // max_id it returns is the latest one (a stale read there reserved
         // one range on two nodes).
+        let opaque = crate::runtime::transaction::catalog_has_opaque();
         let row = client
-            .update(&sql::alloc_lock_row(schema), None, &[tag.into()])
+            .update(&sql::alloc_lock_row(schema, opaque), None, &[tag.into()])
             .map_err(spi_err)?;
         if row.is_empty() {
             let exists = client
@@ -86,6 +91,14 @@ pub(crate) fn reserve(
         let row = row.first();
         let max_id: i64 = row.get(1).ok().flatten().unwrap_or(-1);
         let table_step: i64 = row.get::<i32>(2).ok().flatten().map(i64::from).unwrap_or(0);
+        let (domain_name, recorded_check) = if opaque {
+            (
+                row.get::<String>(3).map_err(spi_err)?,
+                row.get::<i64>(4).map_err(spi_err)?,
+            )
+        } else {
+            (None, None)
+        };
         if table_step < 1 {
             return Err(JobError::new(
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
@@ -114,11 +127,33 @@ pub(crate) fn reserve(
             Some(_) => policy.next_step(table_step, previous),
             None => policy.first_step(table_step, tuned),
         };
-        let room = i64::MAX - start;
-        if room == 0 {
+        let encoding = match &domain_name {
+            Some(name) => Some(opaque_domain(client, schema, tag, name)?),
+            None => None,
+        };
+        let check = encoding.map_or(0, |d| d.fingerprint());
+        if recorded_check.is_some_and(|c| c != check) {
+            return Err(encoding_changed(tag, domain_name.as_deref()));
+        }
+        // the counter must stay inside the domain: an opaque ID is the
+        // permutation of a value below 2^bits
+        let end_limit = match encoding {
+            Some(d) if d.bits() < 63 => 1i64 << d.bits(),
+            _ => i64::MAX,
+        };
+        let room = end_limit.saturating_sub(start);
+        if room <= 0 {
             return Err(JobError::new(
                 PgSqlErrorCode::ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED,
-                format!("leaf_id tag \"{tag}\" has reached the largest bigint: no IDs are left"),
+                match (&domain_name, encoding) {
+                    (Some(name), Some(d)) if d.bits() < 63 => format!(
+                        "leaf_id tag \"{tag}\" has used every value of its opaque domain \"{name}\" (below 2^{}): no IDs are left",
+                        d.bits()
+                    ),
+                    _ => format!(
+                        "leaf_id tag \"{tag}\" has reached the largest bigint: no IDs are left"
+                    ),
+                },
             ));
         }
         let len = step.min(MAX_SEGMENT_LEN).min(room);
@@ -148,8 +183,9 @@ pub(crate) fn reserve(
             );
         }
         let target = settings::CITUS_RESERVE.get() as i64;
+        // (opaque tags keep no reserve: it hands out plain ranges)
         let extra = match citus_oid {
-            Some(oid) if target > 0 => {
+            Some(oid) if target > 0 && encoding.is_none() => {
                 let left = if drop_kept {
                     0
                 } else {
@@ -170,12 +206,13 @@ pub(crate) fn reserve(
         // the row is locked (above): every copy of it must still say
         // `max_id`, or the statement fails (`citus::guard`; a 0.1.0 catalog has
         // no guard function and matches in the WHERE clause)
+        let legacy = crate::runtime::transaction::catalog_is_legacy();
+        let mut args = vec![tag.into(), end.into(), max_id.into()];
+        if opaque {
+            args.push(check.into());
+        }
         let updated = client
-            .update(
-                &sql::alloc_record_end(schema, crate::runtime::transaction::catalog_is_legacy()),
-                None,
-                &[tag.into(), end.into(), max_id.into()],
-            )
+            .update(&sql::alloc_record_end(schema, legacy, opaque), None, &args)
             .map_err(spi_err)?;
         let returned: Vec<Option<i64>> = updated.map(|r| r.get::<i64>(1).ok().flatten()).collect();
         let recorded = client
@@ -199,8 +236,58 @@ pub(crate) fn reserve(
             end,
             extra: extra.map(|(oid, _)| (oid, (start + len, end))),
             drop_kept,
+            encoding,
         })
     })
+}
+
+/// The opaque domain a tag names: its width and key.
+fn opaque_domain(
+    client: &mut pgrx::spi::SpiClient,
+    schema: &Schema,
+    tag: &str,
+    name: &str,
+) -> Result<Domain, JobError> {
+    let row = client
+        .select(&sql::opaque_domain_key(schema), None, &[name.into()])
+        .map_err(spi_err)?;
+    let Some(row) = row.into_iter().next() else {
+        return Err(JobError::new(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!(
+                "leaf_alloc.opaque_domain of tag \"{tag}\" is \"{name}\", which is not in leaf_opaque_domain"
+            ),
+        ));
+    };
+    let bits = row.get::<i32>(1).map_err(spi_err)?.unwrap_or(0);
+    let key = row.get::<Vec<u8>>(2).map_err(spi_err)?.unwrap_or_default();
+    // (never the key in a message)
+    Domain::new(bits.into(), &key).map_err(|_| {
+        JobError::new(
+            PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+            format!(
+                "opaque domain \"{name}\" of tag \"{tag}\" has a width of {bits} or a key that is not 16 bytes"
+            ),
+        )
+    })
+}
+
+/// The refusal of a refill whose encoding differs from the one the tag's
+/// earlier IDs were issued under: plain and opaque IDs, or the IDs of two
+/// keys or widths, could be equal.
+fn encoding_changed(tag: &str, domain: Option<&str>) -> JobError {
+    let what = match domain {
+        Some(name) => format!("its opaque domain \"{name}\" gives now"),
+        None => "a plain counter (no opaque domain)".to_string(),
+    };
+    JobError::new(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!(
+            "tag \"{tag}\" issued its IDs under another encoding than {what}, so its IDs could repeat: \
+             a tag's opaque domain cannot change once it has issued IDs, nor a domain's key or width \
+             (put leaf_alloc.opaque_domain or the domain's row back, or use a new tag)"
+        ),
+    )
 }
 
 /// A segment from this server's reserve, without Citus (a refill through
@@ -245,6 +332,8 @@ pub(crate) fn take_from_reserve(
                     end: start + len,
                     extra: None,
                     drop_kept: false,
+                    // only plain tags keep a reserve
+                    encoding: None,
                 }))
             }
             Err(NoRange::RowChanged) => {

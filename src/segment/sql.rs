@@ -7,6 +7,7 @@ use crate::runtime::backend::{self, Deadline};
 use crate::runtime::clock::tstz_from_unix_us;
 use crate::runtime::shmem::{Role, Shared, TAG_MAX_CHARS, TagStatus};
 use crate::segment::buffer::{SlowPath, TakeMany};
+use crate::segment::opaque::Domain;
 use pgrx::prelude::*;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -113,13 +114,34 @@ fn request_refill(sh: &Shared, db: usize, slot: usize) {
 }
 
 pub fn next_id(tag: &str) -> i64 {
-    next_ids(tag, 1).0
+    let (value, _, encoding) = next_ids(tag, 1);
+    encode(encoding, value)
 }
 
-/// Up to `want` (1..=MAX_TAKE) consecutive IDs of the tag: `(first, count)`,
-/// `count >= 1`, from one `fetch_add` on the current segment (fewer than
-/// `want` when the segment has fewer left).
-pub fn next_ids(tag: &str, want: u64) -> (i64, i64) {
+/// The ID handed out for counter value `value` of a tag with this
+/// encoding: the value itself, or its opaque domain's permutation.
+fn encode(encoding: Option<Domain>, value: i64) -> i64 {
+    match encoding {
+        None => value,
+        Some(d) => d.encode(value).unwrap_or_else(|e| {
+            // a refill never reserves beyond the domain
+            raise(
+                PgSqlErrorCode::ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED,
+                format!(
+                    "counter value {} is outside the tag's opaque domain of {} bits",
+                    e.value, e.bits
+                ),
+                None,
+            )
+        }),
+    }
+}
+
+/// Up to `want` (1..=MAX_TAKE) consecutive counter values of the tag:
+/// `(first, count, encoding)`, `count >= 1`, from one `fetch_add` on the
+/// current segment (fewer than `want` when the segment has fewer left);
+/// the IDs are the values under the encoding (`encode`).
+pub fn next_ids(tag: &str, want: u64) -> (i64, i64, Option<Domain>) {
     let (sh, db) = backend::shared_db();
     let dboid = backend::my_dboid();
     let mut deadline: Option<Deadline> = None;
@@ -138,6 +160,9 @@ pub fn next_ids(tag: &str, want: u64) -> (i64, i64) {
                     count,
                     crossed_threshold,
                 } => {
+                    // set before the segment was published; read before
+                    // the epoch check, which tells it was this tag's
+                    let encoding = slot.encoding.domain();
                     if slot.epoch.load(SeqCst) != epoch {
                         // the slot went to another tag meanwhile: not ours. The
                         // buffer may accept a take begun before the retire for
@@ -151,7 +176,7 @@ pub fn next_ids(tag: &str, want: u64) -> (i64, i64) {
                     if deadline.is_some() {
                         backend::end_wait();
                     }
-                    return (first, count);
+                    return (first, count, encoding);
                 }
                 TakeMany::Stale => continue,
                 TakeMany::Exhausted => break,
@@ -250,7 +275,8 @@ fn leaf_segment_next_n(tag: Option<&str>, n: Option<i32>) -> SetOfIterator<'stat
     require_writable("leaf_segment_next()");
     let tag = tag.to_string();
     backend::ids_in_chunks(n, move |left| {
-        next_ids(&tag, (left as u64).min(BATCH_CHUNK))
+        let (first, count, encoding) = next_ids(&tag, (left as u64).min(BATCH_CHUNK));
+        (first, count, move |value| encode(encoding, value))
     })
 }
 
@@ -275,6 +301,7 @@ fn leaf_segment_status() -> TableIterator<
         name!(refills, i64),
         name!(waits, i64),
         name!(last_refill, Option<TimestampWithTimeZone>),
+        name!(opaque_bits, Option<i32>),
     ),
 > {
     let sh = crate::runtime::backend::shared_or_raise();
@@ -307,6 +334,8 @@ fn leaf_segment_status() -> TableIterator<
             slot.refills.load(SeqCst) as i64,
             slot.waits.load(SeqCst) as i64,
             tstz_from_unix_us(slot.last_refill_us.load(SeqCst)),
+            // NULL: plain IDs, or no refill yet
+            slot.encoding.domain().map(|d| d.bits() as i32),
         ));
     }
     rows.sort_by(|a, b| a.0.cmp(&b.0));

@@ -67,7 +67,7 @@ fn used_by_other_databases(db: usize) -> Vec<i64> {
 /// from under this server, taken from the registry only if no other is free
 /// (`claim::plan`).
 pub fn claim(schema: &Schema, db: usize, avoid: Option<i64>) -> Result<Claimed, JobError> {
-    if crate::runtime::transaction::catalog_is_older() {
+    if crate::runtime::transaction::catalog_lacks_snowflake() {
         return Err(crate::runtime::transaction::needs_current_catalog(
             "snowflake mode",
         ));

@@ -41,7 +41,7 @@ pub fn close_and_persist(db: usize, release_token: bool) {
     let node = slot.node_name();
     let token = shared().expect("shared memory").owner_token();
     let result = in_transaction(|schema| {
-        if crate::runtime::transaction::catalog_is_older() {
+        if crate::runtime::transaction::catalog_lacks_snowflake() {
             return Err(crate::runtime::transaction::needs_current_catalog(
                 "snowflake mode",
             ));

@@ -45,7 +45,7 @@ pub(crate) fn persist(
     mark: i64,
     through_citus: bool,
 ) -> Result<(i64, bool), JobError> {
-    if crate::runtime::transaction::catalog_is_older() {
+    if crate::runtime::transaction::catalog_lacks_snowflake() {
         return Err(crate::runtime::transaction::needs_current_catalog(
             "snowflake mode",
         ));
@@ -122,7 +122,7 @@ pub(crate) fn renew(schema: &Schema, db: usize) -> Result<(i64, bool), JobError>
 /// as active now (`citus::copies::repin`), after a renewal that held found
 /// them different: the worker id and the groups pinned now, when moved.
 pub(crate) fn repin(schema: &Schema, db: usize) -> Result<Option<(i64, Vec<i64>)>, JobError> {
-    if crate::runtime::transaction::catalog_is_older() {
+    if crate::runtime::transaction::catalog_lacks_snowflake() {
         return Ok(None);
     }
     let slot = shared().expect("shared memory").db(db);

@@ -191,7 +191,10 @@ fn leaf_snowflake_next() -> i64 {
 #[pg_extern(volatile, parallel_unsafe, name = "leaf_snowflake_next")]
 fn leaf_snowflake_next_n(n: Option<i32>) -> SetOfIterator<'static, i64> {
     require_writable("leaf_snowflake_next()");
-    backend::ids_in_chunks(n, |left| next_ids(left, true))
+    backend::ids_in_chunks(n, |left| {
+        let (first, count) = next_ids(left, true);
+        (first, count, |id| id)
+    })
 }
 
 /// STABLE: the answer depends on leaf_id.epoch_ms. For an index or a

@@ -53,17 +53,31 @@ for my $from ('0.1.0', '0.2.0')
 		my $tokens = () = $n->safe_psql('postgres', $shard_columns =~ s/'copies', 'holder_copy'/'owner_token'/r) =~ /\.owner_token/g;
 		is($tokens, 2, $n->name . ': leaf_worker and its shard both have owner_token');
 		is($tables, 2, $n->name . ': leaf_worker and its shard both have the new columns') or diag $cols;
+		my $alloc_cols = $n->safe_psql('postgres', q{
+	SET citus.override_table_visibility = off;
+	SELECT count(*) FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
+	WHERE c.relname ~ '^leaf_alloc(_[0-9]+)?$' AND a.attname IN ('opaque_domain', 'opaque_check') AND NOT a.attisdropped});
+		is($alloc_cols, 4, $n->name . ': leaf_alloc and its shard both have the columns of 0.4.0');
+		is($n->safe_psql('postgres', q{
+	SET citus.override_table_visibility = off;
+	SELECT string_agg(DISTINCT opaque_check::text, ',') FROM leaf_alloc}), '0',
+			$n->name . ': the tags from before are recorded as plain');
 	}
+	# the documented step after the update: the domains become a reference table
+	$coord->safe_psql('postgres', q{SELECT create_reference_table('leaf_opaque_domain')});
+	$coord->safe_psql('postgres', q{SELECT leaf_opaque_create('d');
+INSERT INTO leaf_alloc (biz_tag, step, opaque_domain) VALUES ('o', 10, 'd')});
 	for my $n ($coord, @workers)
 	{
 		my $r;
 		ok( wait_until(
 				30,
 				sub {
-					$r = try_sql($n, 'postgres', "SELECT leaf_snowflake_next() > 0, leaf_segment_next('u') > 0");
-					$r->{out} eq 't|t';
+					$r = try_sql($n, 'postgres',
+						"SELECT leaf_snowflake_next() > 0, leaf_segment_next('u') > 0, leaf_opaque_decode('d', leaf_segment_next('o')) > 0");
+					$r->{out} eq 't|t|t';
 				}),
-			$n->name . ': both modes work after the update')
+			$n->name . ': both modes and an opaque tag work after the update')
 		  or diag $r->{err};
 	}
 	is( $coord->safe_psql('postgres',

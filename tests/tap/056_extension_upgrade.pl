@@ -23,7 +23,8 @@ use Test::More;
 my $node = PostgreSQL::Test::Cluster->new('upgrade');
 $node->init;
 $node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'leaf_id'\nlc_messages = 'C'\nlog_min_messages = warning\n");
+	"shared_preload_libraries = 'leaf_id'\nlc_messages = 'C'\nlog_min_messages = warning\n"
+	  . "max_worker_processes = 16\n");
 $node->start;
 my $version = $node->safe_psql('postgres',
 	"SELECT default_version FROM pg_available_extensions WHERE name = 'leaf_id'");
@@ -127,10 +128,10 @@ else
 	diag 'only in a fresh install: ' . join("\n  ", grep { !$u{$_} } sort keys %f);
 }
 
-# --- from 0.2.0 (the previous version) -----------------------------------------
+# --- from 0.2.0 ------------------------------------------------------------------
 like($node->safe_psql('postgres',
 		"SELECT string_agg(version, ',' ORDER BY version) FROM pg_available_extension_versions WHERE name = 'leaf_id'"),
-	qr/^0\.1\.0,0\.2\.0,/, '0.2.0 is still installable');
+	qr/^0\.1\.0,0\.2\.0,0\.3\.0,/, '0.2.0 and 0.3.0 are still installable');
 $node->safe_psql('postgres', 'CREATE DATABASE from020');
 $node->safe_psql('from020', q{
 CREATE EXTENSION leaf_id VERSION '0.2.0';
@@ -155,6 +156,39 @@ is( $node->safe_psql('from020',
 	't', 'segment IDs go on above those before, and no ID twice');
 is($node->safe_psql('from020', $describe), $fresh,
 	'the catalog updated from 0.2.0 equals a fresh install of ' . $version);
+
+# --- from 0.3.0 (the previous version): opaque IDs come --------------------------
+$node->safe_psql('postgres', 'CREATE DATABASE from030');
+$node->safe_psql('from030', q{
+CREATE EXTENSION leaf_id VERSION '0.3.0';
+INSERT INTO leaf_alloc (biz_tag, step) VALUES ('u', 10), ('unused', 10);
+CREATE TABLE ids (phase int, id bigint);
+});
+$r = try_sql($node, 'from030',
+	"INSERT INTO ids SELECT 1, leaf_segment_next('u') FROM generate_series(1, 95); "
+	  . 'INSERT INTO ids SELECT 1, leaf_snowflake_next() FROM generate_series(1, 100)');
+is($r->{ret}, 0, 'both modes work on the 0.3.0 catalog') or diag $r->{err};
+$node->safe_psql('from030', 'ALTER EXTENSION leaf_id UPDATE');
+is($node->safe_psql('from030', $describe), $fresh,
+	'the catalog updated from 0.3.0 equals a fresh install of ' . $version);
+is($node->safe_psql('from030', q{SELECT string_agg(biz_tag || '=' || opaque_check, ',' ORDER BY biz_tag) FROM leaf_alloc}),
+	'u=0,unused=0', "the update records the tags of 0.3.0 as plain tags with IDs");
+$r = try_sql($node, 'from030',
+	"INSERT INTO ids SELECT 2, leaf_segment_next('u') FROM generate_series(1, 95); "
+	  . 'INSERT INTO ids SELECT 3, leaf_snowflake_next() FROM generate_series(1, 100)');
+is($r->{ret}, 0, 'both modes work after the update from 0.3.0') or diag $r->{err};
+is( $node->safe_psql('from030',
+		q{SELECT (SELECT min(id) FROM ids WHERE phase = 2) > (SELECT max(id) FROM ids WHERE phase = 1 AND id < 1000000) }
+		  . 'AND (SELECT count(*) - count(DISTINCT id) FROM ids) = 0'),
+	't', 'segment IDs go on above those before, and no ID twice');
+$node->safe_psql('from030', q{SELECT leaf_opaque_create('d');
+UPDATE leaf_alloc SET opaque_domain = 'd' WHERE biz_tag = 'unused'});
+$r = try_sql($node, 'from030', "SELECT leaf_segment_next('unused')");
+is($r->{sqlstate}, '55000', 'a tag of 0.3.0 made opaque is refused (its IDs may have been issued plain)')
+  or diag $r->{err};
+$node->safe_psql('from030', q{INSERT INTO leaf_alloc (biz_tag, step, opaque_domain) VALUES ('new', 10, 'd')});
+$r = try_sql($node, 'from030', "SELECT count(DISTINCT leaf_segment_next('new')) FROM generate_series(1, 50)");
+is($r->{out}, '50', 'a new opaque tag works after the update') or diag $r->{err};
 
 # --- a catalog version the library does not serve -------------------------------
 $node->safe_psql('fresh', q{

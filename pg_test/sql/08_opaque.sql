@@ -1,0 +1,103 @@
+-- opaque IDs: domains, the permutation, opaque tags, errors and privileges
+\set VERBOSITY terse
+
+-- domains: a width (default 63) and a secret key, never shown
+SELECT leaf_opaque_create('regress_63');
+SELECT leaf_opaque_create('regress_53', bits => 53);
+SELECT leaf_opaque_create('regress_16', 16);
+SELECT name, bits, created <= now() AS created, tags FROM leaf_opaque_domains ORDER BY name;
+SELECT bits, octet_length(key) AS key_bytes FROM leaf_opaque_domain ORDER BY name;
+SELECT count(DISTINCT key) AS distinct_keys FROM leaf_opaque_domain;
+SELECT attname FROM pg_attribute
+ WHERE attrelid = 'leaf_opaque_domains'::regclass AND attnum > 0 ORDER BY attnum;
+
+-- bad input
+SELECT regress_sqlstate($$SELECT leaf_opaque_create('regress_63')$$) AS duplicate;
+SELECT regress_sqlstate($$SELECT leaf_opaque_create('w15', 15)$$) AS width_15;
+SELECT regress_sqlstate($$SELECT leaf_opaque_create('w64', 64)$$) AS width_64;
+SELECT regress_sqlstate($$SELECT leaf_opaque_create(NULL)$$) AS null_name;
+SELECT regress_sqlstate($$SELECT leaf_opaque_create('w', NULL)$$) AS null_width;
+SELECT regress_sqlstate($$SELECT leaf_opaque_create('')$$) AS empty_name;
+SELECT regress_sqlstate($$SELECT leaf_opaque_encode('no such domain', 1)$$) AS unknown_encode;
+SELECT regress_sqlstate($$SELECT leaf_opaque_decode('no such domain', 1)$$) AS unknown_decode;
+SELECT regress_sqlstate($$SELECT leaf_opaque_encode('regress_53', -1)$$) AS below_range;
+SELECT regress_sqlstate($$SELECT leaf_opaque_encode('regress_53', 9007199254740992)$$) AS above_range;
+SELECT regress_sqlstate($$SELECT leaf_opaque_decode('regress_16', 65536)$$) AS decode_above_range;
+SELECT regress_sqlstate($$SELECT leaf_opaque_encode(NULL, 1)$$) AS null_domain;
+SELECT regress_sqlstate($$SELECT leaf_opaque_decode('regress_53', NULL)$$) AS null_id;
+SELECT leaf_opaque_encode('regress_63', 9223372036854775807) >= 0 AS largest_bigint_encodes;
+
+-- a permutation: every value of the 16-bit domain once, and back
+SELECT count(DISTINCT e) AS distinct_ids, min(e) AS lowest, max(e) AS highest,
+       bool_and(leaf_opaque_decode('regress_16', e) = v) AS decodes
+FROM (SELECT v, leaf_opaque_encode('regress_16', v) AS e FROM generate_series(0, 65535) v) s;
+
+-- an opaque tag: IDs unique, in range, not increasing, decoding to the counter
+INSERT INTO leaf_alloc (biz_tag, step, opaque_domain) VALUES ('regress_opaque', 100, 'regress_53');
+CREATE TEMP TABLE opaque_ids AS
+  SELECT ord, id FROM leaf_segment_next('regress_opaque', 5000) WITH ORDINALITY AS t(id, ord);
+INSERT INTO opaque_ids SELECT 5000 + g, leaf_segment_next('regress_opaque') FROM generate_series(1, 1000) g;
+SELECT count(*) AS ids, count(DISTINCT id) AS distinct_ids,
+       bool_and(id BETWEEN 0 AND 9007199254740991) AS in_53_bits,
+       count(*) FILTER (WHERE id > prev) BETWEEN 2000 AND 4000 AS about_half_increase
+FROM (SELECT id, lag(id) OVER (ORDER BY ord) AS prev FROM opaque_ids) s;
+SELECT count(DISTINCT leaf_opaque_decode('regress_53', id)) AS distinct_counters,
+       min(leaf_opaque_decode('regress_53', id)) AS first_counter
+FROM opaque_ids;
+SELECT tag, opaque_bits FROM leaf_segment_status WHERE tag = 'regress_opaque';
+SELECT opaque_check <> 0 AS check_recorded FROM leaf_alloc WHERE biz_tag = 'regress_opaque';
+SELECT tags FROM leaf_opaque_domains WHERE name = 'regress_53';
+
+-- the domain of a tag with issued IDs cannot change: refused at the next refill (55000)
+INSERT INTO leaf_alloc (biz_tag, step) VALUES ('regress_plain', 10);
+SELECT leaf_segment_next('regress_plain') AS first_plain;
+SELECT tag, opaque_bits FROM leaf_segment_status WHERE tag = 'regress_plain';
+UPDATE leaf_alloc SET opaque_domain = 'regress_53' WHERE biz_tag = 'regress_plain';
+SELECT regress_sqlstate($$SELECT count(leaf_segment_next('regress_plain')) FROM generate_series(1, 100)$$)
+  AS plain_made_opaque;
+UPDATE leaf_alloc SET opaque_domain = NULL WHERE biz_tag = 'regress_plain';
+SELECT count(DISTINCT leaf_segment_next('regress_plain')) AS plain_again FROM generate_series(1, 100);
+-- nor can a domain's key: a tag's next refill refuses it (55000)
+INSERT INTO leaf_alloc (biz_tag, step, opaque_domain) VALUES ('regress_rekeyed', 10, 'regress_63');
+SELECT leaf_segment_next('regress_rekeyed') >= 0 AS first_opaque;
+CREATE TEMP TABLE saved_key AS SELECT key FROM leaf_opaque_domain WHERE name = 'regress_63';
+UPDATE leaf_opaque_domain SET key = leaf_id_random_key() WHERE name = 'regress_63';
+SELECT regress_sqlstate($$SELECT count(leaf_segment_next('regress_rekeyed')) FROM generate_series(1, 100)$$)
+  AS rekeyed;
+UPDATE leaf_opaque_domain SET key = (SELECT key FROM saved_key) WHERE name = 'regress_63';
+SELECT count(DISTINCT leaf_segment_next('regress_rekeyed')) AS key_back FROM generate_series(1, 100);
+-- a tag whose domain is gone issues nothing (55000), and a used domain cannot be dropped (2BP01)
+SELECT leaf_opaque_create('regress_gone', 20);
+INSERT INTO leaf_alloc (biz_tag, step, opaque_domain) VALUES ('regress_orphan', 10, 'regress_gone');
+DELETE FROM leaf_opaque_domain WHERE name = 'regress_gone';
+SELECT regress_sqlstate($$SELECT leaf_segment_next('regress_orphan')$$) AS domain_gone;
+SELECT regress_sqlstate($$SELECT leaf_opaque_drop('regress_53')$$) AS drop_used;
+SELECT leaf_opaque_drop('regress_16');
+SELECT regress_sqlstate($$SELECT leaf_opaque_drop('regress_16')$$) AS drop_unknown;
+-- a counter beyond the domain: 2200H
+SELECT leaf_opaque_create('regress_small', 16);
+INSERT INTO leaf_alloc (biz_tag, step, max_id, opaque_domain) VALUES ('regress_full', 10, 65530, 'regress_small');
+SELECT regress_sqlstate($$SELECT count(leaf_segment_next('regress_full')) FROM generate_series(1, 7)$$) AS past_the_end;
+
+-- privileges: drawing is as for any tag; the rest is not PUBLIC's (42501)
+CREATE ROLE regress_opaque_app;
+SET ROLE regress_opaque_app;
+SELECT leaf_segment_next('regress_opaque') >= 0 AS app_draws;
+SELECT regress_sqlstate($$SELECT leaf_opaque_create('mine')$$) AS app_create;
+SELECT regress_sqlstate($$SELECT leaf_opaque_drop('regress_53')$$) AS app_drop;
+SELECT regress_sqlstate($$SELECT leaf_opaque_encode('regress_53', 1)$$) AS app_encode;
+SELECT regress_sqlstate($$SELECT leaf_opaque_decode('regress_53', 1)$$) AS app_decode;
+SELECT regress_sqlstate($$SELECT * FROM leaf_opaque_domains$$) AS app_domains;
+SELECT regress_sqlstate($$SELECT key FROM leaf_opaque_domain$$) AS app_keys;
+SELECT regress_sqlstate($$SELECT leaf_id_random_key()$$) AS app_random_key;
+SELECT regress_sqlstate($$SELECT leaf_id_opaque_permute(16, '\x00000000000000000000000000000000', 1, true)$$) AS app_permute;
+RESET ROLE;
+-- an explicit grant opens decoding, not the key
+SELECT id AS first_opaque_id FROM opaque_ids WHERE ord = 1 \gset
+GRANT EXECUTE ON FUNCTION leaf_opaque_decode(text, bigint) TO regress_opaque_app;
+SET ROLE regress_opaque_app;
+SELECT leaf_opaque_decode('regress_53', :first_opaque_id) AS granted_decode;
+SELECT regress_sqlstate($$SELECT key FROM leaf_opaque_domain$$) AS still_no_keys;
+RESET ROLE;
+REVOKE EXECUTE ON FUNCTION leaf_opaque_decode(text, bigint) FROM regress_opaque_app;
+DROP ROLE regress_opaque_app;

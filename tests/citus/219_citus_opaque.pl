@@ -1,0 +1,69 @@
+# leaf_id on Citus, issue 19: opaque IDs. leaf_opaque_domain is a reference
+# table (the set-up statement), so a domain created on the coordinator has
+# one key on every node: the three nodes draw an opaque tag's IDs at once,
+# none twice, and every node decodes every node's IDs to the same counters,
+# all distinct.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use lib "$FindBin::RealBin/../tap";
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use CitusTap;
+
+my ($coord, @workers) = citus_cluster();
+my @nodes = ($coord, @workers);
+
+is($coord->safe_psql('postgres', q{SELECT leaf_opaque_create('shared_domain', bits => 53)}),
+	'shared_domain', 'a domain created on the coordinator');
+is( $coord->safe_psql(
+		'postgres', q{
+SELECT count(DISTINCT result) || ':' || count(*) FROM run_command_on_placements('leaf_opaque_domain',
+  $$SELECT md5(key) FROM %s WHERE name = 'shared_domain'$$)}),
+	'1:3', 'every node holds the same key (one copy per node)');
+$coord->safe_psql('postgres',
+	q{INSERT INTO leaf_alloc (biz_tag, step, opaque_domain) VALUES ('opq', 50, 'shared_domain')});
+
+my %ids;
+my @sessions = map {
+	my $n = $_;
+	[ $n, $n->name, "SELECT leaf_segment_next('opq') FROM generate_series(1, 3000);" ]
+} @nodes;
+my $res = run_sessions(120, @sessions);
+for my $n (@nodes)
+{
+	my $r = $res->{ $n->name };
+	is($r->{rc}, 0, $n->name . ': drew without an error') or diag $r->{err};
+	my @got = grep { /^\d+$/ } split /\n/, $r->{out};
+	is(scalar @got, 3000, $n->name . ': 3000 opaque IDs');
+	$ids{ $n->name } = \@got;
+}
+my @all = map { @{ $ids{ $_->name } } } @nodes;
+my %seen;
+is(scalar(grep { $seen{$_}++ } @all), 0, 'no opaque ID twice across the three nodes');
+
+my $list = join(',', @all);
+my %decoded;
+for my $n (@nodes)
+{
+	$decoded{ $n->name } = $n->safe_psql('postgres',
+		"SELECT string_agg(leaf_opaque_decode('shared_domain', id)::text, ',' ORDER BY ord) FROM unnest('{$list}'::bigint[]) WITH ORDINALITY AS t(id, ord)");
+}
+is($decoded{ $_->name }, $decoded{ $coord->name }, $_->name . ' decodes every ID as the coordinator does')
+  for @workers;
+my @counters = split /,/, $decoded{ $coord->name };
+my %c;
+is(scalar(grep { $c{$_}++ } @counters), 0, 'the counters behind the IDs are distinct');
+my $max = $coord->safe_psql('postgres', q{SELECT max_id FROM leaf_alloc WHERE biz_tag = 'opq'});
+is(scalar(grep { $_ >= $max } @counters), 0, 'every counter is below leaf_alloc.max_id');
+is( $coord->safe_psql(
+		'postgres', q{
+SELECT count(DISTINCT result) FROM run_command_on_placements('leaf_alloc',
+  $$SELECT opaque_check FROM %s WHERE biz_tag = 'opq'$$)}),
+	'1', 'every copy of the tag records the same encoding');
+
+$_->stop for reverse @nodes;
+done_testing();
