@@ -954,7 +954,7 @@ def chart(res, path):
     fig, ax = plt.subplots(figsize=(9.5, 5))
     styles = {"segment": ("C0", "o", "-"), "snowflake": ("C1", "s", "-"), "nextval_c1": ("C2", "^", "-"),
               "nextval_c1000": ("C3", "v", "-"), "uuid": ("C4", "D", "-"), "uuidv7": ("C5", "P", "-"),
-              "floor": ("0.5", "x", "--")}
+              "opaque": ("C6", "*", "-."), "floor": ("0.5", "x", "--")}
     for key in ORDER:
         ys = [med([r["ids_per_s"] for r in sec.get(key, {}).get(str(c), [])]) for c in clients]
         pts = [(c, y) for c, y in zip(clients, ys) if y]
