@@ -626,16 +626,16 @@ class Report:
         if "opaque" not in self.labels:
             return
         seg, opq = self.bulk_ns("segment"), self.bulk_ns("opaque")
-        rows = [("one session, ns per ID (section 1)", seg, opq, 1, False)]
+        rows = [("one session, ns per ID (section 1)", seg, opq, 1)]
         for c in (8,) if 8 in self.p.get("clients", []) else ():
             s8, o8 = self.scaling_ids("segment", c), self.scaling_ids("opaque", c)
-            rows.append((f"{c} clients, M IDs per s (section 2)", s8 and s8 / 1e6, o8 and o8 / 1e6, 2, True))
+            rows.append((f"{c} clients, M IDs per s (section 2)", s8 and s8 / 1e6, o8 and o8 / 1e6, 2))
         self.w("## Opaque IDs against plain segment IDs", "",
                "`leaf_segment_next('t_opq')`, a tag of the same step whose opaque domain (63 bits) permutes each "
                "counter value (ten SipHash-2-4 rounds, docs/opaque-ids.md), against `leaf_segment_next('t')` "
                "in the same run.", "",
                "| measurement | plain | opaque | opaque / plain |", "|---|---:|---:|---:|")
-        for what, plain, opaque, d, higher_better in rows:
+        for what, plain, opaque, d in rows:
             self.w(f"| {what} | {f(plain, d)} | {f(opaque, d)} | {ratio(opaque, plain)} |")
         if seg and opq:
             self.w("", f"The permutation costs {f(opq - seg, 1)} ns per ID in one session.", "")
@@ -646,14 +646,14 @@ class Report:
         """Where PostgreSQL 18's uuidv7() beats leaf_id in this run, and why."""
         if "uuidv7" not in self.labels:
             return
-        rows = []  # (what, uuidv7, best leaf_id mode, its figure, uuidv7 better?, unit)
+        rows = []  # (what, uuidv7, (best leaf_id mode, its figure), uuidv7 better?, unit)
         def add(what, u, seg, sf, unit, higher_better):
             cands = [(m, v) for m, v in (("segment", seg), ("snowflake", sf)) if v is not None]
             if u is None or not cands:
                 return
             best = (max if higher_better else min)(cands, key=lambda mv: mv[1])
             wins = u > best[1] if higher_better else u < best[1]
-            rows.append((what, u, best, wins, unit, higher_better))
+            rows.append((what, u, best, wins, unit))
         add("one session, ns per ID (section 1)", self.bulk_ns("uuidv7"), self.bulk_ns("segment"),
             self.bulk_ns("snowflake"), "ns", False)
         for c in self.p.get("clients", []):
@@ -678,7 +678,7 @@ class Report:
                "`leaf_snowflake_next` in each measurement of this run (medians as in the sections above).", "",
                "| measurement | uuidv7() | better leaf_id mode | its figure | uuidv7() / leaf_id | uuidv7() wins |",
                "|---|---:|---|---:|---:|---|")
-        for what, u, (mode, v), wins, unit, hb in rows:
+        for what, u, (mode, v), wins, unit in rows:
             d = {"TPS": 0, "ns": 1, "B": 1, "MiB": 1}.get(unit, 2)
             self.w(f"| {what} | {f(u, d)} | {mode} | {f(v, d)} | {ratio(u, v)} | {'**yes**' if wins else 'no'} |")
         won = [r[0] for r in rows if r[3]]

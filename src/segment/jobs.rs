@@ -12,7 +12,8 @@ use crate::runtime::shmem::{TagStatus, data_dir};
 use crate::runtime::transaction::in_transaction;
 use crate::runtime::worker_sql as sql;
 use crate::segment::refill::{
-    Reserved, read_tuned_step, remember_reserved, reserve, save_tuned_step, take_from_reserve,
+    Reserved, encoding_changed, read_tuned_step, remember_reserved, reserve, save_tuned_step,
+    take_from_reserve,
 };
 use crate::segment::reserve::{self as local_reserve, Reserve};
 use crate::segment::reserve_file::{load_reserve, reset_since_load, save_reserve};
@@ -300,10 +301,9 @@ impl SegmentJobs {
         // deleted and inserted again with another domain in this server
         // lifetime: the epoch's first IDs were issued under the old one).
         // Only this worker sets it.
+        let slot_encoding = slot.encoding.get();
         let result = match result {
-            Ok(r) if slot.encoding.get().is_some_and(|e| e != r.encoding) => {
-                Err(encoding_changed_in_lifetime(&tag))
-            }
+            Ok(r) if slot_encoding.is_some_and(|e| e != r.encoding) => Err(encoding_changed(&tag)),
             other => other,
         };
         {
@@ -312,7 +312,7 @@ impl SegmentJobs {
             if slot.epoch.load(SeqCst) == epoch {
                 match &result {
                     Ok(r) => {
-                        if slot.encoding.get().is_none() {
+                        if slot_encoding.is_none() {
                             // set before the publish: a caller that takes
                             // from the segment reads it after
                             slot.encoding.set(r.encoding);
@@ -434,16 +434,6 @@ impl SegmentJobs {
             .retain(|(i, epoch), _| sh.tag(*i).epoch.load(SeqCst) == *epoch);
         sh.broadcast(ctx.db);
     }
-}
-
-fn encoding_changed_in_lifetime(tag: &str) -> JobError {
-    JobError::new(
-        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-        format!(
-            "tag \"{tag}\" now has another opaque domain (or none) than the IDs this server issued for it, so its IDs could repeat: \
-             a tag's opaque domain cannot change once it has issued IDs (put leaf_alloc.opaque_domain back, or use a new tag)"
-        ),
-    )
 }
 
 fn warn_reserve_failed(tag: &str, e: &JobError) {

@@ -25,8 +25,6 @@ pub const ROUNDS: u32 = 10;
 /// The narrowest and widest domains.
 pub const MIN_BITS: u32 = 16;
 pub const MAX_BITS: u32 = 63;
-/// The width when none is given: every non-negative bigint.
-pub const DEFAULT_BITS: u32 = 63;
 
 /// A domain: its width and its 128-bit key. Key and width never change once
 /// created (a changed one would make old and new IDs collide).

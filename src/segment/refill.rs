@@ -133,7 +133,7 @@ pub(crate) fn reserve(
         };
         let check = encoding.map_or(0, |d| d.fingerprint());
         if recorded_check.is_some_and(|c| c != check) {
-            return Err(encoding_changed(tag, domain_name.as_deref()));
+            return Err(encoding_changed(tag));
         }
         // the counter must stay inside the domain: an opaque ID is the
         // permutation of a value below 2^bits
@@ -273,19 +273,17 @@ fn opaque_domain(
 }
 
 /// The refusal of a refill whose encoding differs from the one the tag's
-/// earlier IDs were issued under: plain and opaque IDs, or the IDs of two
-/// keys or widths, could be equal.
-fn encoding_changed(tag: &str, domain: Option<&str>) -> JobError {
-    let what = match domain {
-        Some(name) => format!("its opaque domain \"{name}\" gives now"),
-        None => "a plain counter (no opaque domain)".to_string(),
-    };
+/// earlier IDs were issued under (recorded in its row, or used by this
+/// server's slot): plain and opaque IDs, or the IDs of two keys or widths,
+/// could be equal.
+pub(crate) fn encoding_changed(tag: &str) -> JobError {
     JobError::new(
         PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
         format!(
-            "tag \"{tag}\" issued its IDs under another encoding than {what}, so its IDs could repeat: \
-             a tag's opaque domain cannot change once it has issued IDs, nor a domain's key or width \
-             (put leaf_alloc.opaque_domain or the domain's row back, or use a new tag)"
+            "tag \"{tag}\" now has another encoding (leaf_alloc.opaque_domain, or its domain's key or width) \
+             than the IDs it issued before, so its IDs could repeat: a tag's opaque domain cannot change once \
+             it has issued IDs, nor a domain's key or width (put leaf_alloc.opaque_domain or the domain's row \
+             back, or use a new tag)"
         ),
     )
 }
