@@ -4,13 +4,15 @@
 //!
 //! The pure core (no pgrx): `buffer` (the double buffer's state machine),
 //! `step` (the dynamic step), `reserve` (the Citus reserve's rules and file
-//! format), `opaque` (the keyed permutation). Inside Postgres: `sql` (the
+//! format), `opaque` (the keyed permutation),
+//! `opaque_runs` (a session's runs of encoded opaque IDs). Inside Postgres: `sql` (the
 //! SQL functions), `opaque_sql` (the opaque domains' Rust functions), `jobs`
 //! (the segment worker's scheduling), `refill` (one refill), `reserve_file`
 //! (the reserve's file).
 pub mod buffer;
 pub mod jobs;
 pub mod opaque;
+pub mod opaque_runs;
 pub mod opaque_sql;
 pub mod refill;
 pub mod reserve;

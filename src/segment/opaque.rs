@@ -248,7 +248,12 @@ mod lanes {
             let tweak = d.tweak(round);
             // SipHash-2-4 of one block (`half | tweak`) in every lane
             let msg: Lanes = std::array::from_fn(|l| b[l] | tweak);
-            let mut s = [[init[0]; LANES], [init[1]; LANES], [init[2]; LANES], [init[3]; LANES]];
+            let mut s = [
+                [init[0]; LANES],
+                [init[1]; LANES],
+                [init[2]; LANES],
+                [init[3]; LANES],
+            ];
             for l in 0..LANES {
                 s[3][l] ^= msg[l];
             }
@@ -438,10 +443,18 @@ mod tests {
                         .wrapping_mul(6364136223846793005)
                         .wrapping_add(1442695040888963407);
                     // runs of consecutive values, as a session takes them, and random ones
-                    if run % 2 == 0 { (run * LANES + l) as i64 } else { (x >> 1) as i64 & d.max() }
+                    if run % 2 == 0 {
+                        (run * LANES + l) as i64
+                    } else {
+                        (x >> 1) as i64 & d.max()
+                    }
                 });
                 let want: Vec<i64> = values.iter().map(|&v| d.encode(v).unwrap()).collect();
-                assert_eq!(d.encode_lanes(values).unwrap().to_vec(), want, "width {bits}");
+                assert_eq!(
+                    d.encode_lanes(values).unwrap().to_vec(),
+                    want,
+                    "width {bits}"
+                );
                 let (_, v) = d.widths();
                 for (name, rounds) in &variants {
                     let mut a: [u64; LANES] = std::array::from_fn(|l| values[l] as u64 >> v);
@@ -458,7 +471,10 @@ mod tests {
         values[5] = 1 << 53;
         assert_eq!(
             d.encode_lanes(values),
-            Err(OutOfDomain { value: 1 << 53, bits: 53 })
+            Err(OutOfDomain {
+                value: 1 << 53,
+                bits: 53
+            })
         );
     }
 

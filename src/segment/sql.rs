@@ -8,6 +8,7 @@ use crate::runtime::clock::tstz_from_unix_us;
 use crate::runtime::shmem::{Role, Shared, TAG_MAX_CHARS, TagStatus};
 use crate::segment::buffer::{SlowPath, TakeMany};
 use crate::segment::opaque::Domain;
+use crate::segment::opaque_runs::SessionRuns;
 use pgrx::prelude::*;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -18,6 +19,9 @@ thread_local! {
     static SLOT_CACHE: RefCell<HashMap<String, (usize, u64)>> = RefCell::new(HashMap::new());
     /// The last tag looked up, in front of the map.
     static LAST_TAG: RefCell<Option<(String, (usize, u64))>> = const { RefCell::new(None) };
+    /// Opaque IDs this session encoded and has not handed out yet
+    /// (`segment::opaque_runs`).
+    static OPAQUE_RUNS: RefCell<SessionRuns> = RefCell::new(SessionRuns::default());
 }
 
 fn validate_tag(tag: Option<&str>) -> &str {
@@ -113,9 +117,53 @@ fn request_refill(sh: &Shared, db: usize, slot: usize) {
     sh.wake_worker(db, Role::Segment);
 }
 
+/// One ID of the tag. A plain tag's is one `fetch_add` on its segment; an
+/// opaque tag's comes from this session's run of encoded IDs, and a new run
+/// is one `fetch_add` and one `Domain::encode_lanes` (`segment::opaque_runs`).
 pub fn next_id(tag: &str) -> i64 {
-    let (value, _, encoding) = next_ids(tag, 1);
-    encode(encoding, value)
+    let (sh, _) = backend::shared_db();
+    let (i, epoch) = cached_slot(sh, backend::my_dboid(), tag);
+    let kept = OPAQUE_RUNS.with(|r| {
+        r.borrow_mut()
+            .pop(i, epoch, || sh.tag(i).epoch.load(SeqCst) == epoch)
+    });
+    if let Some(id) = kept {
+        return id;
+    }
+    let take = next_ids_of(tag, |slot, epoch, opaque| {
+        if opaque {
+            OPAQUE_RUNS.with(|r| r.borrow().take_size(slot, epoch))
+        } else {
+            1
+        }
+    });
+    match take.encoding {
+        // (a take of more than one value is asked for opaque slots only,
+        // whose encoding never changes within the epoch)
+        None => take.first,
+        Some(d) => {
+            let values = std::array::from_fn(|l| take.first + (l as i64).min(take.count - 1));
+            let ids = d
+                .encode_lanes(values)
+                .unwrap_or_else(|e| outside_domain(e.value, e.bits));
+            let taken = take.count as usize;
+            OPAQUE_RUNS.with(|r| {
+                r.borrow_mut()
+                    .keep(take.slot, take.epoch, taken, &ids[1..taken])
+            });
+            ids[0]
+        }
+    }
+}
+
+/// A take: `count` (>= 1) consecutive counter values from `first`, taken
+/// from the tag slot `slot` in its epoch `epoch`, and their encoding.
+struct Take {
+    first: i64,
+    count: i64,
+    encoding: Option<Domain>,
+    slot: usize,
+    epoch: u64,
 }
 
 /// The ID handed out for counter value `value` of a tag with this
@@ -123,18 +171,19 @@ pub fn next_id(tag: &str) -> i64 {
 fn encode(encoding: Option<Domain>, value: i64) -> i64 {
     match encoding {
         None => value,
-        Some(d) => d.encode(value).unwrap_or_else(|e| {
-            // a refill never reserves beyond the domain
-            raise(
-                PgSqlErrorCode::ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED,
-                format!(
-                    "counter value {} is outside the tag's opaque domain of {} bits",
-                    e.value, e.bits
-                ),
-                None,
-            )
-        }),
+        Some(d) => d
+            .encode(value)
+            .unwrap_or_else(|e| outside_domain(e.value, e.bits)),
     }
+}
+
+fn outside_domain(value: i64, bits: u32) -> ! {
+    // a refill never reserves beyond the domain
+    raise(
+        PgSqlErrorCode::ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED,
+        format!("counter value {value} is outside the tag's opaque domain of {bits} bits"),
+        None,
+    )
 }
 
 /// Up to `want` (1..=MAX_TAKE) consecutive counter values of the tag:
@@ -142,6 +191,14 @@ fn encode(encoding: Option<Domain>, value: i64) -> i64 {
 /// current segment (fewer than `want` when the segment has fewer left);
 /// the IDs are the values under the encoding (`encode`).
 pub fn next_ids(tag: &str, want: u64) -> (i64, i64, Option<Domain>) {
+    let take = next_ids_of(tag, |_, _, _| want);
+    (take.first, take.count, take.encoding)
+}
+
+/// `next_ids` with the number of values to take asked of `want(slot,
+/// epoch, opaque)` for the slot the take is tried on (`opaque`: the slot's
+/// encoding is set and opaque).
+fn next_ids_of(tag: &str, want: impl Fn(usize, u64, bool) -> u64) -> Take {
     let (sh, db) = backend::shared_db();
     let dboid = backend::my_dboid();
     let mut deadline: Option<Deadline> = None;
@@ -153,6 +210,7 @@ pub fn next_ids(tag: &str, want: u64) -> (i64, i64, Option<Domain>) {
         let (i, epoch) = cached_slot(sh, dboid, tag);
         let slot = sh.tag(i);
         // hot path: one fetch_add
+        let want = want(i, epoch, slot.encoding.domain().is_some());
         for _ in 0..4 {
             match slot.pair.take_many(want) {
                 TakeMany::Ids {
@@ -176,7 +234,13 @@ pub fn next_ids(tag: &str, want: u64) -> (i64, i64, Option<Domain>) {
                     if deadline.is_some() {
                         backend::end_wait();
                     }
-                    return (first, count, encoding);
+                    return Take {
+                        first,
+                        count,
+                        encoding,
+                        slot: i,
+                        epoch,
+                    };
                 }
                 TakeMany::Stale => continue,
                 TakeMany::Exhausted => break,
@@ -367,6 +431,8 @@ fn leaf_id_reset_cache() {
     sh.free_tags_of(dboid);
     SLOT_CACHE.with(|c| c.borrow_mut().clear());
     LAST_TAG.with(|l| *l.borrow_mut() = None);
+    // (other sessions' runs end by the slots' new epochs)
+    OPAQUE_RUNS.with(|r| r.borrow_mut().clear());
     if let Some(db) = (0..sh.n_dbs()).find(|&d| sh.db(d).dboid.load(SeqCst) == dboid) {
         let slot = sh.db(db);
         if slot.snowflake_state.load(SeqCst)

@@ -1,0 +1,96 @@
+# leaf_id opaque IDs (issue 19): a session encodes an opaque tag's counter
+# values in runs and hands the rest out on its next calls
+# (src/segment/opaque_runs.rs). A run must never outlive its tag: after
+# another session drops and creates the extension again (new leaf_alloc, a
+# new domain of the same name with a new key, the same tag name), a session
+# that still holds a run of the old tag must hand out only IDs of the new
+# tag. It also checks that runs of two sessions and two tags drawn in turn
+# never give an ID twice, and that a session's unused values are gaps in
+# the counter, never reissued.
+
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use SegmentTap;
+use Test::More;
+
+my $node = leaf_node('opaque_runs');
+my $setup = q{
+SELECT leaf_opaque_create('runs_domain', bits => 40);
+INSERT INTO leaf_alloc (biz_tag, max_id, step, opaque_domain) VALUES ('opq', 1, 1000, 'runs_domain');
+INSERT INTO leaf_alloc (biz_tag, max_id, step, opaque_domain) VALUES ('opq2', 1, 1000, 'runs_domain');
+};
+$node->safe_psql('postgres', $setup);
+
+my $decode = sub {
+	my @ids = @_;
+	return split /\n/,
+	  $node->safe_psql('postgres',
+		"SELECT leaf_opaque_decode('runs_domain', id) FROM unnest('{"
+		  . join(',', @ids)
+		  . "}'::bigint[]) WITH ORDINALITY AS t(id, o) ORDER BY o");
+};
+
+# --- two sessions, two tags, drawn in turn: every ID once
+my ($sa, $sb) = (session($node, 'postgres'), session($node, 'postgres'));
+my (%seen, $twice, @a_opq);
+for my $i (1 .. 40)
+{
+	for my $s ([ 'a', $sa ], [ 'b', $sb ])
+	{
+		for my $tag ('opq', 'opq2')
+		{
+			my ($out, $err) = session_query($s->[1], "SELECT leaf_segment_next('$tag')");
+			die "session $s->[0], $tag: $err" if $err =~ /ERROR/;
+			$twice++ if $seen{"$tag $out"}++;
+			push @a_opq, $out if $s->[0] eq 'a' && $tag eq 'opq';
+		}
+	}
+}
+ok(!$twice, '2 sessions x 2 tags x 40 calls in turn: no ID twice');
+my @counters = $decode->(@a_opq);
+is_deeply([ sort { $a <=> $b } @counters ], \@counters,
+	"one session's counters of a tag increase");
+
+# --- a session's unused values are never reissued: session b ends with a
+# run; its values are not handed to a new session
+my ($out) = session_query($sb, "SELECT leaf_segment_next('opq')");
+$seen{"opq $out"}++;
+$sb->quit;
+my @fresh = split /\n/,
+  $node->safe_psql('postgres', "SELECT leaf_segment_next('opq') FROM generate_series(1, 50)");
+ok(!(grep { $seen{"opq $_"} } @fresh), 'a new session reissues none of an ended session\'s run');
+my $last_b = (sort { $a <=> $b } $decode->($out))[0];
+ok((sort { $a <=> $b } $decode->(@fresh))[0] > $last_b,
+	'its counters start above the ended session\'s');
+
+# --- the extension created anew under session a's run
+($out) = session_query($sa, "SELECT leaf_segment_next('opq')");
+my ($held) = $decode->($out);
+note "session a holds a run after counter $held";
+$node->safe_psql('postgres', "DROP EXTENSION leaf_id CASCADE");
+$node->safe_psql('postgres', "CREATE EXTENSION leaf_id");
+# the same names again, the tag far above the old counters: an ID of the old
+# run would decode under the new key to a counter outside the new tag's
+# first segment
+$node->safe_psql('postgres', $setup =~ s/max_id, step, opaque_domain\) VALUES \('opq', 1,/max_id, step, opaque_domain) VALUES ('opq', 500000,/r);
+my @after;
+for (1 .. 20)
+{
+	my ($id, $err) = session_query($sa, "SELECT leaf_segment_next('opq')");
+	die "after CREATE EXTENSION: $err" if $err =~ /ERROR/;
+	push @after, $id;
+}
+my @new_counters = $decode->(@after);
+my @outside = grep { $_ < 500000 || $_ >= 501000 } @new_counters;
+ok(!@outside, 'after DROP/CREATE EXTENSION elsewhere, the session hands out only the new tag\'s IDs')
+  or diag "counters under the new key: @new_counters";
+is($new_counters[0], 500000, 'and its first ID is the new tag\'s first counter');
+$sa->quit;
+
+$node->stop;
+done_testing();
