@@ -99,6 +99,7 @@ ROUNDTRIP = [(k, f"SELECT {e}" if k != "floor" else "SELECT 1") for k, _, e in G
 INS_DEFAULT = "INSERT INTO bench_ins (v) SELECT g FROM generate_series(1, NROWS) g"
 INSERTS = [
     ("segment", "id bigint PRIMARY KEY DEFAULT leaf_segment_next('t')", INS_DEFAULT),
+    ("opaque", "id bigint PRIMARY KEY DEFAULT leaf_segment_next('t_opq')", INS_DEFAULT),
     ("snowflake", "id bigint PRIMARY KEY DEFAULT leaf_snowflake_next()", INS_DEFAULT),
     ("identity", "id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY", INS_DEFAULT),
     ("nextval_c1", "id bigint PRIMARY KEY DEFAULT nextval('s1')", INS_DEFAULT),
@@ -442,7 +443,7 @@ def bench_insert():
     for rep in range(P["reps"]):
         for key, coldef, ins in rotated(INSERTS, rep):
             ins = ins.replace("NROWS", str(n))
-            warm = {"segment": "leaf_segment_next('t')", "snowflake": "leaf_snowflake_next()",
+            warm = {"segment": "leaf_segment_next('t')", "opaque": "leaf_segment_next('t_opq')", "snowflake": "leaf_snowflake_next()",
                     "nextval_c1": "nextval('s1')", "nextval_c1000": "nextval('s1000')",
                     "uuid": "gen_random_uuid()", "uuidv7": "uuidv7()"}.get(key, "1")
             try:
