@@ -16,6 +16,7 @@
 #
 # Sizes (defaults full / quick): BENCH_N (5000000 / 500000) IDs per bulk
 # query, BENCH_SECONDS (5 / 1) per pgbench run, BENCH_REPS (3 / 3),
+# BENCH_BULK_REPS (7 / 3) repetitions of section 1,
 # BENCH_INSERT_ROWS (1000000 / 100000), BENCH_CLIENTS ("1 2 4 8 16" /
 # "1 8 16"), BENCH_BATCH (10000) IDs per scaling transaction,
 # BENCH_RT_CLIENTS (8), BENCH_REFILL_CLIENTS (8), BENCH_REFILL_BATCH (1000),
@@ -35,7 +36,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 START=$(date +%s)
 # the command line printed in the report: the BENCH_* variables the caller set
-BENCH_COMMAND=$(env | grep -E '^BENCH_(QUICK|N|SECONDS|REPS|INSERT_ROWS|CLIENTS|BATCH|RT_CLIENTS|REFILL_CLIENTS|REFILL_BATCH|REFILL_STEPS|SEG_STEP|SECTIONS|PORT|MN_SECONDS|MN_REPS|MN_CLIENTS|MN_PORT|BATCH_N|BATCH_CALL)=' \
+BENCH_COMMAND=$(env | grep -E '^BENCH_(QUICK|N|SECONDS|REPS|BULK_REPS|INSERT_ROWS|CLIENTS|BATCH|RT_CLIENTS|REFILL_CLIENTS|REFILL_BATCH|REFILL_STEPS|SEG_STEP|SECTIONS|PORT|MN_SECONDS|MN_REPS|MN_CLIENTS|MN_PORT|BATCH_N|BATCH_CALL)=' \
   | sort | sed -E "s/^([A-Z_]+)=(.*)$/\1='\2'/; s/='([A-Za-z0-9_.]+)'$/=\1/" | tr '\n' ' ' || true)
 export BENCH_COMMAND="${BENCH_COMMAND}${PG_MAJOR:+PG_MAJOR=$PG_MAJOR }bash scripts/bench.sh"
 export BENCH_PORT=${BENCH_PORT:-28870}

@@ -150,7 +150,7 @@ class Report:
                f"throwaway cluster in `target/bench-cluster{sfx}` on port {p['port']}, runs `scripts/bench_run.py` "
                f"(raw results: `target/bench-work{sfx}/results.json`), stops the cluster and writes this file and "
                f"`docs/{SVG_NAME}` with `scripts/bench_report.py`. Sizes are environment variables: "
-               "`BENCH_N`, `BENCH_SECONDS`, `BENCH_REPS`, `BENCH_INSERT_ROWS`, `BENCH_CLIENTS`, `BENCH_BATCH`, "
+               "`BENCH_N`, `BENCH_SECONDS`, `BENCH_REPS`, `BENCH_BULK_REPS`, `BENCH_INSERT_ROWS`, `BENCH_CLIENTS`, `BENCH_BATCH`, "
                "`BENCH_RT_CLIENTS`, `BENCH_REFILL_CLIENTS`, `BENCH_REFILL_BATCH`, `BENCH_REFILL_STEPS`, "
                "`BENCH_SEG_STEP`, and for section 7 `BENCH_MN_SECONDS`, `BENCH_MN_REPS`, `BENCH_MN_CLIENTS`, `BENCH_MN_PORT`; "
                "`BENCH_QUICK=1` picks small defaults for a quick check, `BENCH_SECTIONS` picks sections.", "")
@@ -179,7 +179,8 @@ class Report:
             if k.startswith("leaf_id."):
                 self.w(f"| `{k}` | {st[k] if st[k] else '(empty)'} |")
         self.w("", "Benchmark parameters:", "", "| parameter | value |", "|---|---|",
-               f"| repetitions per figure (median reported) | {p['reps']} |",
+               f"| repetitions per figure (median reported; `BENCH_REPS`) | {p['reps']} |",
+               f"| 1. repetitions of the bulk section (`BENCH_BULK_REPS`) | {p.get('bulk_reps', p['reps'])} |",
                f"| 1. IDs per bulk query (`BENCH_N`) | {f(p['n'])} |",
                f"| pgbench run length (`BENCH_SECONDS`) | {p['seconds']} s |",
                f"| 2. clients (`BENCH_CLIENTS`), IDs per transaction (`BENCH_BATCH`) | "

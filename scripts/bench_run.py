@@ -49,6 +49,9 @@ P = {
     # pgbench run length (seconds) for sections 2, 3 and 5
     "seconds": env_int("BENCH_SECONDS", 5, 1),
     "reps": env_int("BENCH_REPS", 3, 3),
+    # section 1 is short and the most sensitive to the machine's noise: more
+    # repetitions for its medians
+    "bulk_reps": env_int("BENCH_BULK_REPS", 7, 3),
     # 2. scaling
     "clients": [int(x) for x in env_str("BENCH_CLIENTS", "1 8 16" if QUICK else "1 2 4 8 16").split()],
     "batch": env_int("BENCH_BATCH", 10_000, 10_000),
@@ -74,8 +77,8 @@ P = {
     "sections": env_str("BENCH_SECTIONS", "bulk scaling roundtrip insert refill batch multinode").split(),
     "work": env_str("BENCH_WORK", os.path.join(ROOT, "target", "bench-work")),
 }
-if P["reps"] < 1:
-    sys.exit("BENCH_REPS must be at least 1")
+if P["reps"] < 1 or P["bulk_reps"] < 1:
+    sys.exit("BENCH_REPS and BENCH_BULK_REPS must be at least 1")
 
 # Competitors that can be drawn in a SELECT: key, label, SQL expression.
 GENERATORS = [
@@ -267,7 +270,7 @@ def timed(q, before=""):
 def bench_bulk():
     n = P["n"]
     res = {k: [] for k, _, _ in GENERATORS}
-    for rep in range(P["reps"]):
+    for rep in range(P["bulk_reps"]):
         for key, _, expr in rotated(GENERATORS, rep):
             q = f"SELECT count({expr}) FROM generate_series(1, {n}) g"
             try:

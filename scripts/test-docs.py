@@ -26,6 +26,7 @@ CONTEXTS = {
     "ALTER EXTENSION leaf_id UPDATE;": ("", "fresh"),
     "SELECT leaf_opaque_create('public_order', bits => 53);   -- a domain: a fresh secret key and a width":
         ("", "fresh"),
+    "SELECT leaf_opaque_create('public_event', bits => 63);": ("", "fresh"),
     "UPDATE leaf_alloc SET max_id = GREATEST(max_id, 123456789) WHERE biz_tag = 'order';": (
         "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('order', 1000);", "fresh"),
     "ALTER DATABASE app_copy SET leaf_id.node_name = 'db1:app_copy';": (

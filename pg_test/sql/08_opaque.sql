@@ -79,6 +79,17 @@ SELECT leaf_opaque_create('regress_small', 16);
 INSERT INTO leaf_alloc (biz_tag, step, max_id, opaque_domain) VALUES ('regress_full', 10, 65530, 'regress_small');
 SELECT regress_sqlstate($$SELECT count(leaf_segment_next('regress_full')) FROM generate_series(1, 7)$$) AS past_the_end;
 
+-- a snowflake ID through a 63-bit domain: unique, unordered, and back (docs/opaque-ids.md)
+SELECT leaf_opaque_create('regress_sf', 63);
+CREATE TEMP TABLE sf_ids AS
+  SELECT ord, id, leaf_opaque_encode('regress_sf', id) AS public_id
+  FROM leaf_snowflake_next(1000) WITH ORDINALITY AS t(id, ord);
+SELECT count(DISTINCT public_id) AS distinct_public_ids,
+       bool_and(leaf_opaque_decode('regress_sf', public_id) = id) AS decodes,
+       count(*) FILTER (WHERE public_id = id) AS unchanged,
+       count(*) FILTER (WHERE public_id > prev) BETWEEN 350 AND 650 AS order_lost
+FROM (SELECT id, public_id, lag(public_id) OVER (ORDER BY ord) AS prev FROM sf_ids) s;
+
 -- privileges: drawing is as for any tag; the rest is not PUBLIC's (42501)
 CREATE ROLE regress_opaque_app;
 SET ROLE regress_opaque_app;

@@ -180,8 +180,9 @@ pub fn shared_db() -> (&'static Shared, usize) {
 /// `n` IDs for a batch call, drawn in chunks: `take(left)` gives up to
 /// `left` consecutive values as `(first, count, encode)`, `count >= 1`,
 /// each handed out as `encode(value)` (an opaque tag's permutation, or the
-/// value itself). NULL and negative `n` are refused.
-pub fn ids_in_chunks<E: Fn(i64) -> i64 + 'static>(
+/// value itself), called for the chunk's values in increasing order. NULL
+/// and negative `n` are refused.
+pub fn ids_in_chunks<E: FnMut(i64) -> i64 + 'static>(
     n: Option<i32>,
     mut take: impl FnMut(i64) -> (i64, i64, E) + 'static,
 ) -> pgrx::iter::SetOfIterator<'static, i64> {
@@ -216,6 +217,6 @@ pub fn ids_in_chunks<E: Fn(i64) -> i64 + 'static>(
             left -= count;
         }
         let value = chunk.next()?;
-        Some(encode.as_ref().map_or(value, |e| e(value)))
+        Some(encode.as_mut().map_or(value, |e| e(value)))
     }))
 }

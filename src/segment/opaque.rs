@@ -194,6 +194,45 @@ impl Domain {
     }
 }
 
+/// The IDs of the values of a range below `end`, asked for in increasing
+/// order (a batch call's chunk), encoded `LANES` at a time.
+pub struct RangeEncoder {
+    domain: Domain,
+    end: i64,
+    /// `ids[l]` is the ID of `base + l`.
+    base: i64,
+    ids: Option<[i64; LANES]>,
+}
+
+impl RangeEncoder {
+    pub fn new(domain: Domain, end: i64) -> RangeEncoder {
+        RangeEncoder {
+            domain,
+            end,
+            base: 0,
+            ids: None,
+        }
+    }
+
+    /// `E_k(value)`, for `value < end`.
+    pub fn encode(&mut self, value: i64) -> Result<i64, OutOfDomain> {
+        let at = value.wrapping_sub(self.base);
+        if let Some(ids) = self.ids.filter(|_| (0..LANES as i64).contains(&at)) {
+            return Ok(ids[at as usize]);
+        }
+        if value >= self.end {
+            return self.domain.encode(value);
+        }
+        // the next LANES values, the range's last repeated past its end
+        let last = self.end - 1;
+        let ids = self.domain.encode_lanes(std::array::from_fn(|l| {
+            value.saturating_add(l as i64).min(last)
+        }))?;
+        (self.base, self.ids) = (value, Some(ids));
+        Ok(ids[0])
+    }
+}
+
 /// Values `Domain::encode_lanes` encodes at once: 8 u64, one AVX-512
 /// register or two AVX2 ones.
 pub const LANES: usize = 8;
@@ -476,6 +515,32 @@ mod tests {
                 bits: 53
             })
         );
+    }
+
+    #[test]
+    fn a_range_encodes_as_one_by_one() {
+        let d = domain(40);
+        for (first, count) in [
+            (0i64, 1i64),
+            (5, 7),
+            (100, 8),
+            (1000, 9),
+            (77, 256),
+            (d.max() - 10, 11),
+        ] {
+            let mut e = RangeEncoder::new(d, first + count);
+            for v in first..first + count {
+                assert_eq!(e.encode(v), d.encode(v), "range {first}+{count}: {v}");
+            }
+        }
+        // out of order and past the end still give the right IDs
+        let mut e = RangeEncoder::new(d, 20);
+        for v in [3, 2, 19, 4, 25, 0, 11, 10] {
+            assert_eq!(e.encode(v), d.encode(v), "{v}");
+        }
+        // past the domain: refused
+        let mut e = RangeEncoder::new(d, d.max() + 1);
+        assert!(e.encode(d.max() + 1).is_err());
     }
 
     #[test]

@@ -7,7 +7,7 @@ use crate::runtime::backend::{self, Deadline};
 use crate::runtime::clock::tstz_from_unix_us;
 use crate::runtime::shmem::{Role, Shared, TAG_MAX_CHARS, TagStatus};
 use crate::segment::buffer::{SlowPath, TakeMany};
-use crate::segment::opaque::Domain;
+use crate::segment::opaque::{Domain, RangeEncoder};
 use crate::segment::opaque_runs::SessionRuns;
 use pgrx::prelude::*;
 use std::cell::RefCell;
@@ -164,17 +164,6 @@ struct Take {
     encoding: Option<Domain>,
     slot: usize,
     epoch: u64,
-}
-
-/// The ID handed out for counter value `value` of a tag with this
-/// encoding: the value itself, or its opaque domain's permutation.
-fn encode(encoding: Option<Domain>, value: i64) -> i64 {
-    match encoding {
-        None => value,
-        Some(d) => d
-            .encode(value)
-            .unwrap_or_else(|e| outside_domain(e.value, e.bits)),
-    }
 }
 
 fn outside_domain(value: i64, bits: u32) -> ! {
@@ -340,7 +329,13 @@ fn leaf_segment_next_n(tag: Option<&str>, n: Option<i32>) -> SetOfIterator<'stat
     let tag = tag.to_string();
     backend::ids_in_chunks(n, move |left| {
         let (first, count, encoding) = next_ids(&tag, (left as u64).min(BATCH_CHUNK));
-        (first, count, move |value| encode(encoding, value))
+        let mut encoder = encoding.map(|d| RangeEncoder::new(d, first + count));
+        (first, count, move |value| match encoder.as_mut() {
+            None => value,
+            Some(e) => e
+                .encode(value)
+                .unwrap_or_else(|e| outside_domain(e.value, e.bits)),
+        })
     })
 }
 

@@ -6,7 +6,9 @@
 # that still holds a run of the old tag must hand out only IDs of the new
 # tag. It also checks that runs of two sessions and two tags drawn in turn
 # never give an ID twice, and that a session's unused values are gaps in
-# the counter, never reissued.
+# the counter, never reissued. Last, with every statement and the worker's
+# messages logged, it checks that no domain's key reaches the server log or
+# pg_settings (issue 19, item 2).
 
 use strict;
 use warnings;
@@ -18,7 +20,12 @@ use PostgreSQL::Test::Utils;
 use SegmentTap;
 use Test::More;
 
-my $node = leaf_node('opaque_runs');
+my $node = leaf_node(
+	'opaque_runs', q{
+log_statement = 'all'
+log_min_messages = debug1
+log_error_verbosity = verbose
+});
 my $setup = q{
 SELECT leaf_opaque_create('runs_domain', bits => 40);
 INSERT INTO leaf_alloc (biz_tag, max_id, step, opaque_domain) VALUES ('opq', 1, 1000, 'runs_domain');
@@ -91,6 +98,45 @@ ok(!@outside, 'after DROP/CREATE EXTENSION elsewhere, the session hands out only
   or diag "counters under the new key: @new_counters";
 is($new_counters[0], 500000, 'and its first ID is the new tag\'s first counter');
 $sa->quit;
+
+# --- no key in the log or the settings: errors of every opaque function
+# and an encoding change refused by the worker included
+$node->safe_psql(
+	'postgres', q{
+INSERT INTO leaf_alloc (biz_tag, step, opaque_domain) VALUES ('rekeyed', 10, 'runs_domain');
+SELECT leaf_segment_next('rekeyed');
+});
+my @keys = split /\n/,
+  $node->safe_psql('postgres', "SELECT encode(key, 'hex') FROM leaf_opaque_domain");
+$node->safe_psql('postgres',
+	"UPDATE leaf_opaque_domain SET key = leaf_id_random_key() WHERE name = 'runs_domain'");
+push @keys, split /\n/,
+  $node->safe_psql('postgres', "SELECT encode(key, 'hex') FROM leaf_opaque_domain");
+for my $sql (
+	"SELECT count(leaf_segment_next('rekeyed')) FROM generate_series(1, 50)",
+	"SELECT leaf_opaque_encode('runs_domain', -1)",
+	"SELECT leaf_opaque_decode('runs_domain', 1099511627776)",
+	"SELECT leaf_opaque_create('runs_domain')",
+	"SELECT leaf_opaque_drop('runs_domain')",
+	"SELECT leaf_id_opaque_permute(70, '\\x00', 1, false)")
+{
+	my $r = try_sql($node, 'postgres', $sql);
+	ok($r->{sqlstate}, "refused: $sql ($r->{sqlstate})");
+}
+is(scalar(@keys), 2, 'two keys to look for');
+my $settings = $node->safe_psql('postgres', 'SELECT string_agg(setting, \' \') FROM pg_settings');
+my $log = slurp_file($node->logfile);
+for my $key (@keys)
+{
+	# the key, its 8-byte halves in hex, and those halves as the
+	# little-endian integers the code holds them as
+	my @halves = (substr($key, 0, 16), substr($key, 16, 16));
+	my @words = map { unpack('Q<', pack('H*', $_)) } @halves;
+	my @leaks = grep { index($log, $_) >= 0 || index($settings, $_) >= 0 } $key, @halves, @words;
+	ok(!@leaks, 'no part of a key in the server log or pg_settings')
+	  or diag "found: @leaks";
+}
+like($log, qr/55000/, 'the log does hold the refusal of the changed key');
 
 $node->stop;
 done_testing();
