@@ -178,6 +178,21 @@ impl Domain {
         Ok(std::array::from_fn(|l| ((a[l] << v) | b[l]) as i64))
     }
 
+    /// `E_k` of `first .. first + count` (`count` 1 to `LANES`) with one
+    /// `encode_lanes`: the IDs in `[..count]`; the lanes past them repeat
+    /// the last value's ID.
+    pub fn encode_consecutive(
+        &self,
+        first: i64,
+        count: usize,
+    ) -> Result<[i64; LANES], OutOfDomain> {
+        debug_assert!((1..=LANES).contains(&count));
+        let last = first.saturating_add(count as i64 - 1);
+        self.encode_lanes(std::array::from_fn(|l| {
+            first.saturating_add(l as i64).min(last)
+        }))
+    }
+
     /// `E_k^-1(value)`.
     pub fn decode(&self, value: i64) -> Result<i64, OutOfDomain> {
         let y = self.check(value)?;
@@ -223,11 +238,9 @@ impl RangeEncoder {
         if value >= self.end {
             return self.domain.encode(value);
         }
-        // the next LANES values, the range's last repeated past its end
-        let last = self.end - 1;
-        let ids = self.domain.encode_lanes(std::array::from_fn(|l| {
-            value.saturating_add(l as i64).min(last)
-        }))?;
+        // the next LANES values of the range, or what is left of it
+        let count = (self.end - value).min(LANES as i64) as usize;
+        let ids = self.domain.encode_consecutive(value, count)?;
         (self.base, self.ids) = (value, Some(ids));
         Ok(ids[0])
     }

@@ -82,12 +82,13 @@ impl SessionRuns {
 
     /// After a take under (slot, epoch) whose first ID was handed out:
     /// keep `rest` (at most `LANES - 1` IDs) for the next calls, and let
-    /// the next take ask for twice as many values as this one did.
-    pub fn keep(&mut self, slot: usize, epoch: u64, taken: usize, rest: &[i64]) {
+    /// the next take ask for twice as many values as this one took
+    /// (`rest.len() + 1`).
+    pub fn keep(&mut self, slot: usize, epoch: u64, rest: &[i64]) {
         assert!(rest.len() < LANES, "a run holds at most LANES IDs");
         // a run of an earlier epoch of the slot is of another tag
         self.runs.retain(|r| r.slot != slot || r.epoch == epoch);
-        let size = (taken.max(1) * 2).min(LANES);
+        let size = ((rest.len() + 1) * 2).min(LANES);
         let mut run = Run {
             slot,
             epoch,
@@ -115,7 +116,8 @@ impl SessionRuns {
     }
 
     /// IDs kept and not handed out yet, over all runs.
-    pub fn pending(&self) -> usize {
+    #[cfg(test)]
+    fn pending(&self) -> usize {
         self.runs.iter().map(|r| r.len - r.next).sum()
     }
 }
@@ -133,7 +135,7 @@ mod tests {
         let n = runs.take_size(slot, epoch) as usize;
         let taken: Vec<i64> = (0..n as i64).map(|i| *counter + i).collect();
         *counter += n as i64;
-        runs.keep(slot, epoch, n, &taken[1..]);
+        runs.keep(slot, epoch, &taken[1..]);
         taken[0]
     }
 
@@ -192,7 +194,7 @@ mod tests {
         for _ in 0..4 {
             draw(&mut runs, &mut counter, 5, 1);
         }
-        runs.keep(5, 2, 4, &[900, 901, 902]);
+        runs.keep(5, 2, &[900, 901, 902]);
         assert_eq!(runs.pop(5, 1, || true), None, "the old epoch's run is gone");
         assert_eq!(runs.pop(5, 2, || true), Some(900));
     }

@@ -121,8 +121,9 @@ fn request_refill(sh: &Shared, db: usize, slot: usize) {
 /// opaque tag's comes from this session's run of encoded IDs, and a new run
 /// is one `fetch_add` and one `Domain::encode_lanes` (`segment::opaque_runs`).
 pub fn next_id(tag: &str) -> i64 {
-    let (sh, _) = backend::shared_db();
-    let (i, epoch) = cached_slot(sh, backend::my_dboid(), tag);
+    let (sh, db) = backend::shared_db();
+    let dboid = backend::my_dboid();
+    let (i, epoch) = cached_slot(sh, dboid, tag);
     let kept = OPAQUE_RUNS.with(|r| {
         r.borrow_mut()
             .pop(i, epoch, || sh.tag(i).epoch.load(SeqCst) == epoch)
@@ -130,7 +131,8 @@ pub fn next_id(tag: &str) -> i64 {
     if let Some(id) = kept {
         return id;
     }
-    let take = next_ids_of(tag, |slot, epoch, opaque| {
+    let looked_up = Some((i, epoch));
+    let take = take_ids(sh, db, dboid, tag, looked_up, |slot, epoch, opaque| {
         if opaque {
             OPAQUE_RUNS.with(|r| r.borrow().take_size(slot, epoch))
         } else {
@@ -142,15 +144,11 @@ pub fn next_id(tag: &str) -> i64 {
         // whose encoding never changes within the epoch)
         None => take.first,
         Some(d) => {
-            let values = std::array::from_fn(|l| take.first + (l as i64).min(take.count - 1));
-            let ids = d
-                .encode_lanes(values)
-                .unwrap_or_else(|e| outside_domain(e.value, e.bits));
             let taken = take.count as usize;
-            OPAQUE_RUNS.with(|r| {
-                r.borrow_mut()
-                    .keep(take.slot, take.epoch, taken, &ids[1..taken])
-            });
+            let ids = d
+                .encode_consecutive(take.first, taken)
+                .unwrap_or_else(|e| outside_domain(e.value, e.bits));
+            OPAQUE_RUNS.with(|r| r.borrow_mut().keep(take.slot, take.epoch, &ids[1..taken]));
             ids[0]
         }
     }
@@ -178,25 +176,36 @@ fn outside_domain(value: i64, bits: u32) -> ! {
 /// Up to `want` (1..=MAX_TAKE) consecutive counter values of the tag:
 /// `(first, count, encoding)`, `count >= 1`, from one `fetch_add` on the
 /// current segment (fewer than `want` when the segment has fewer left);
-/// the IDs are the values under the encoding (`encode`).
+/// the IDs are the values under the encoding (the value itself, or its
+/// opaque domain's permutation).
 pub fn next_ids(tag: &str, want: u64) -> (i64, i64, Option<Domain>) {
-    let take = next_ids_of(tag, |_, _, _| want);
+    let (sh, db) = backend::shared_db();
+    let take = take_ids(sh, db, backend::my_dboid(), tag, None, |_, _, _| want);
     (take.first, take.count, take.encoding)
 }
 
 /// `next_ids` with the number of values to take asked of `want(slot,
 /// epoch, opaque)` for the slot the take is tried on (`opaque`: the slot's
-/// encoding is set and opaque).
-fn next_ids_of(tag: &str, want: impl Fn(usize, u64, bool) -> u64) -> Take {
-    let (sh, db) = backend::shared_db();
-    let dboid = backend::my_dboid();
+/// encoding is set and opaque). `looked_up`: the tag's (slot, epoch) if
+/// the caller already has it from `cached_slot`, so that a call looks the
+/// tag up once.
+fn take_ids(
+    sh: &Shared,
+    db: usize,
+    dboid: u32,
+    tag: &str,
+    mut looked_up: Option<(usize, u64)>,
+    want: impl Fn(usize, u64, bool) -> u64,
+) -> Take {
     let mut deadline: Option<Deadline> = None;
     // error count of the slot when this call first waited on it: a later
     // error of the same (slot, epoch) is the answer to this call
     let mut seen_error: Option<(usize, u64, u64)> = None;
     let mut counted_wait = false;
     loop {
-        let (i, epoch) = cached_slot(sh, dboid, tag);
+        let (i, epoch) = looked_up
+            .take()
+            .unwrap_or_else(|| cached_slot(sh, dboid, tag));
         let slot = sh.tag(i);
         // hot path: one fetch_add
         let want = want(i, epoch, slot.encoding.domain().is_some());
