@@ -677,14 +677,15 @@ class Report:
             self.w(f"Opaque minus plain in one session: {f(opq - seg, 1)} ns per ID. That is the permutation (8 values "
                    "encoded together) less what a session's runs save: "
                    "7 of 8 calls take their ID from the session's run instead of the atomic operation on the "
-                   "tag's shared segment, which is also why opaque can be ahead at 8 clients, where plain calls "
-                   "contend for that cache line.", "")
+                   "tag's shared segment (a likely reason why opaque can be ahead at 8 clients, where plain "
+                   "calls contend for that cache line; not measured apart).", "")
         si, oi = self.ins("segment", "index_bytes"), self.ins("opaque", "index_bytes")
         if si and oi:
             self.w(f"Random keys cost B-tree locality, as uuids do: every opaque key lands on a random leaf page, "
                    f"so pages split in the middle and are left partly empty ({f(mib(oi), 1)} against "
-                   f"{f(mib(si), 1)} MiB for the same number of increasing bigint keys), and a table larger than "
-                   "shared_buffers reads and writes a random index page per insert.", "")
+                   f"{f(mib(si), 1)} MiB for the same number of increasing bigint keys). This run's index fits in "
+                   "shared_buffers; an index larger than memory, where each random insert would read a page, "
+                   "is not measured.", "")
 
     def uuidv7_section(self):
         """Where PostgreSQL 18's uuidv7() beats leaf_id in this run, and why."""
