@@ -233,8 +233,8 @@ def setup():
 CREATE EXTENSION leaf_id;
 INSERT INTO leaf_alloc (biz_tag, step, description) VALUES ('t', {P['seg_step']}, 'benchmark tag');
 SELECT leaf_opaque_create('bench_domain');
-INSERT INTO leaf_alloc (biz_tag, step, description, opaque_domain)
-VALUES ('t_opq', {P['seg_step']}, 'benchmark tag, opaque', 'bench_domain');
+INSERT INTO leaf_alloc (biz_tag, step, description, opaque_domain, opaque_grant)
+VALUES ('t_opq', {P['seg_step']}, 'benchmark tag, opaque', 'bench_domain', leaf_opaque_grant('bench_domain', 't_opq', 1));
 CREATE SEQUENCE s1 CACHE 1;
 CREATE SEQUENCE s1000 CACHE 1000;
 CREATE FUNCTION bench_time(q text, OUT us double precision, OUT n bigint) LANGUAGE plpgsql AS $f$

@@ -34,19 +34,6 @@ COMMENT ON FUNCTION leaf_id_alloc_row_conflict(text, bigint) IS
 COMMENT ON FUNCTION leaf_id_reset_cache() IS
   'Drops the segments this database has cached in shared memory (their unused IDs become gaps) and re-claims the snowflake worker id. Run by CREATE EXTENSION.';
 
--- Privileges (README, "Privileges"). Drawing IDs is open to PUBLIC, as a
--- column default needs (REVOKE EXECUTE ... FROM PUBLIC to restrict it). The
--- tables are the superuser's: PUBLIC has no privilege on them. What shows tag
--- names, ranges and the worker registry is for pg_monitor, as pg_stat_*
--- details; what changes state is for superusers only.
-REVOKE ALL ON leaf_segment_status, leaf_snowflake_status FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION leaf_segment_status(), leaf_snowflake_status() FROM PUBLIC;
-GRANT SELECT ON leaf_segment_status, leaf_snowflake_status TO pg_monitor;
-GRANT EXECUTE ON FUNCTION leaf_segment_status(), leaf_snowflake_status() TO pg_monitor;
-REVOKE EXECUTE ON FUNCTION leaf_id_reset_cache() FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION leaf_id_worker_row_conflict(integer, text, bigint),
-  leaf_id_alloc_row_conflict(text, bigint) FROM PUBLIC;
-REVOKE ALL ON leaf_alloc, leaf_worker FROM PUBLIC;
 
 -- a database that had leaf_id before must not reuse what was cached from the dropped tables
 SELECT leaf_id_reset_cache();
@@ -72,6 +59,20 @@ BEGIN
     IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER) THEN
         RAISE EXCEPTION 'permission denied for function leaf_snowflake_release_worker_id'
             USING ERRCODE = '42501', HINT = 'Only superusers may release a snowflake worker id.';
+    END IF;
+    -- The extension's schema keeps its name until this transaction ends (its
+    -- pg_namespace row is locked), and it is the name this body was written
+    -- with: every @extschema@ name below is the extension's object, even when
+    -- a non-superuser owns the schema (public: the database owner). (Inline
+    -- in each function: a helper would itself be called by name.)
+    PERFORM 1 FROM pg_catalog.pg_namespace n
+      JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) n.oid
+     WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'
+       AND pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.=) '@extschema@'
+       FOR SHARE OF n;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'leaf_id''s schema is no longer named @extschema@' USING ERRCODE = '55000',
+            HINT = 'Its functions name it: rename it back (ALTER SCHEMA ... RENAME TO @extschema@).';
     END IF;
     IF id IS NULL THEN
         RAISE EXCEPTION 'worker_id must not be NULL' USING ERRCODE = '22004';
@@ -150,7 +151,23 @@ DECLARE
     seq_max bigint;
     seq_last bigint;
     column_max bigint;
+    table_name text;
+    seq_name text;
 BEGIN
+    -- The extension's schema keeps its name until this transaction ends (its
+    -- pg_namespace row is locked), and it is the name this body was written
+    -- with: every @extschema@ name below is the extension's object, even when
+    -- a non-superuser owns the schema (public: the database owner). (Inline
+    -- in each function: a helper would itself be called by name.)
+    PERFORM 1 FROM pg_catalog.pg_namespace n
+      JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) n.oid
+     WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'
+       AND pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.=) '@extschema@'
+       FOR SHARE OF n;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'leaf_id''s schema is no longer named @extschema@' USING ERRCODE = '55000',
+            HINT = 'Its functions name it: rename it back (ALTER SCHEMA ... RENAME TO @extschema@).';
+    END IF;
     IF seq IS NULL THEN
         RAISE EXCEPTION 'the sequence must not be NULL' USING ERRCODE = '22004';
     END IF;
@@ -183,10 +200,24 @@ BEGIN
         RAISE EXCEPTION 'column %.% is of type %, not an integer type', owner_table, owner_column, column_type
             USING ERRCODE = '42804';
     END IF;
+    -- The statements below name the table and the sequence (there is no
+    -- syntax by OID): their schemas keep their names until this transaction
+    -- ends (rows locked), and each name is checked to be the OID once the
+    -- relation is locked under it, after which it cannot be renamed either.
+    -- Else a schema or table owner could swap in a look-alike (a view that
+    -- runs her function) between the lookup and the statement.
+    PERFORM 1 FROM pg_catalog.pg_namespace n
+     WHERE n.oid IN (SELECT c.relnamespace FROM pg_catalog.pg_class c WHERE c.oid IN (seq, owner_table))
+       FOR SHARE OF n;
+    table_name := owner_table::pg_catalog.text;
+    seq_name := seq::pg_catalog.text;
     -- Inserts take the table's lock, then the sequence's (nextval): locking in
     -- the same order waits for every insert in flight and lets none start
     -- until this transaction ends, when they see the new default.
-    EXECUTE pg_catalog.format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', owner_table);
+    EXECUTE pg_catalog.format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', table_name);
+    IF pg_catalog.to_regclass(table_name) IS DISTINCT FROM owner_table THEN
+        RAISE EXCEPTION 'table % was renamed while it was being adopted', owner_table USING ERRCODE = '55000';
+    END IF;
     -- only a table, read once it is locked (a view, which its owner could
     -- make of it, would run the owner's code as the caller)
     IF (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = owner_table) NOT IN ('r', 'p') THEN
@@ -200,22 +231,25 @@ BEGIN
     END IF;
     -- an ALTER SEQUENCE locks the sequence against nextval() calls outside
     -- inserts (SHARE ROW EXCLUSIVE) until this transaction ends
-    EXECUTE pg_catalog.format('ALTER SEQUENCE %s MAXVALUE %s', seq, seq_max);
+    EXECUTE pg_catalog.format('ALTER SEQUENCE %s MAXVALUE %s', seq_name, seq_max);
+    IF pg_catalog.to_regclass(seq_name) IS DISTINCT FROM seq THEN
+        RAISE EXCEPTION 'sequence % was renamed while it was being adopted', seq USING ERRCODE = '55000';
+    END IF;
     -- last_value also covers values other sessions hold in their CACHE; a
     -- sequence never called has not given last_value yet: counting it anyway
     -- only leaves a gap
-    EXECUTE pg_catalog.format('SELECT last_value FROM %s', seq) INTO seq_last;
+    EXECUTE pg_catalog.format('SELECT last_value FROM %s', seq_name) INTO seq_last;
     -- setval() or explicit keys may have put larger values into the column;
     -- read as the table's owner, so nothing of the owner's runs as the caller
     column_max := @extschema@.leaf_id_column_max(owner_table::pg_catalog.oid, owner_column::pg_catalog.text);
     largest := pg_catalog.int8larger(seq_last, COALESCE(column_max, seq_last));
     IF is_identity THEN
         -- drops the identity's sequence with it
-        EXECUTE pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I DROP IDENTITY', owner_table, owner_column);
+        EXECUTE pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I DROP IDENTITY', table_name, owner_column);
     ELSIF freeze_sequence THEN
-        EXECUTE pg_catalog.format('ALTER SEQUENCE %s MAXVALUE %s NO CYCLE', seq, seq_last);
+        EXECUTE pg_catalog.format('ALTER SEQUENCE %s MAXVALUE %s NO CYCLE', seq_name, seq_last);
     END IF;
-    EXECUTE pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT %s', owner_table, owner_column, new_default);
+    EXECUTE pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT %s', table_name, owner_column, new_default);
 END
 $fn$;
 
@@ -227,6 +261,20 @@ DECLARE
     adopted record;
     first_id bigint;
 BEGIN
+    -- The extension's schema keeps its name until this transaction ends (its
+    -- pg_namespace row is locked), and it is the name this body was written
+    -- with: every @extschema@ name below is the extension's object, even when
+    -- a non-superuser owns the schema (public: the database owner). (Inline
+    -- in each function: a helper would itself be called by name.)
+    PERFORM 1 FROM pg_catalog.pg_namespace n
+      JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) n.oid
+     WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'
+       AND pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.=) '@extschema@'
+       FOR SHARE OF n;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'leaf_id''s schema is no longer named @extschema@' USING ERRCODE = '55000',
+            HINT = 'Its functions name it: rename it back (ALTER SCHEMA ... RENAME TO @extschema@).';
+    END IF;
     IF tag IS NULL OR step IS NULL THEN
         RAISE EXCEPTION 'tag and step must not be NULL' USING ERRCODE = '22004';
     END IF;
@@ -262,8 +310,23 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     adopted record;
-    smallest bigint := @extschema@.leaf_snowflake_min_id(pg_catalog.now());
+    smallest bigint;
 BEGIN
+    -- The extension's schema keeps its name until this transaction ends (its
+    -- pg_namespace row is locked), and it is the name this body was written
+    -- with: every @extschema@ name below is the extension's object, even when
+    -- a non-superuser owns the schema (public: the database owner). (Inline
+    -- in each function: a helper would itself be called by name.)
+    PERFORM 1 FROM pg_catalog.pg_namespace n
+      JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) n.oid
+     WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'
+       AND pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.=) '@extschema@'
+       FOR SHARE OF n;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'leaf_id''s schema is no longer named @extschema@' USING ERRCODE = '55000',
+            HINT = 'Its functions name it: rename it back (ALTER SCHEMA ... RENAME TO @extschema@).';
+    END IF;
+    smallest := @extschema@.leaf_snowflake_min_id(pg_catalog.now());
     SELECT * INTO adopted FROM @extschema@.leaf_id_adopt_sequence(
         seq, pg_catalog.format('%I.leaf_snowflake_next()', (SELECT n.nspname FROM pg_catalog.pg_extension e
                    JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'leaf_id')), false);
@@ -293,12 +356,6 @@ COMMENT ON FUNCTION leaf_segment_adopt_sequence(regclass, text, integer) IS
 COMMENT ON FUNCTION leaf_snowflake_adopt_sequence(regclass) IS
   'Switches the column owning a sequence to DEFAULT leaf_snowflake_next(), if all its values are below the smallest snowflake ID of now (returned); an identity is dropped.';
 
-REVOKE ALL ON leaf_alloc_tuning FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION leaf_snowflake_release_worker_id(integer),
-    leaf_id_adopt_sequence(regclass, text, boolean),
-    leaf_id_column_max(oid, text),
-    leaf_segment_adopt_sequence(regclass, text, integer),
-    leaf_snowflake_adopt_sequence(regclass) FROM PUBLIC;
 
 -- Opaque IDs (docs/opaque-ids.md): domains are created and dropped by
 -- superusers; encoding and decoding reveal a tag's count, so they need an
@@ -322,6 +379,20 @@ BEGIN
     IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER) THEN
         RAISE EXCEPTION 'permission denied for function leaf_opaque_create'
             USING ERRCODE = '42501', HINT = 'Only superusers may create an opaque domain.';
+    END IF;
+    -- The extension's schema keeps its name until this transaction ends (its
+    -- pg_namespace row is locked), and it is the name this body was written
+    -- with: every @extschema@ name below is the extension's object, even when
+    -- a non-superuser owns the schema (public: the database owner). (Inline
+    -- in each function: a helper would itself be called by name.)
+    PERFORM 1 FROM pg_catalog.pg_namespace n
+      JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) n.oid
+     WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'
+       AND pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.=) '@extschema@'
+       FOR SHARE OF n;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'leaf_id''s schema is no longer named @extschema@' USING ERRCODE = '55000',
+            HINT = 'Its functions name it: rename it back (ALTER SCHEMA ... RENAME TO @extschema@).';
     END IF;
     IF domain IS NULL OR width IS NULL THEN
         RAISE EXCEPTION 'the name and the width of an opaque domain must not be NULL' USING ERRCODE = '22004';
@@ -356,6 +427,20 @@ BEGIN
         RAISE EXCEPTION 'permission denied for function leaf_opaque_drop'
             USING ERRCODE = '42501', HINT = 'Only superusers may drop an opaque domain.';
     END IF;
+    -- The extension's schema keeps its name until this transaction ends (its
+    -- pg_namespace row is locked), and it is the name this body was written
+    -- with: every @extschema@ name below is the extension's object, even when
+    -- a non-superuser owns the schema (public: the database owner). (Inline
+    -- in each function: a helper would itself be called by name.)
+    PERFORM 1 FROM pg_catalog.pg_namespace n
+      JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) n.oid
+     WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'
+       AND pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.=) '@extschema@'
+       FOR SHARE OF n;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'leaf_id''s schema is no longer named @extschema@' USING ERRCODE = '55000',
+            HINT = 'Its functions name it: rename it back (ALTER SCHEMA ... RENAME TO @extschema@).';
+    END IF;
     IF domain IS NULL THEN
         RAISE EXCEPTION 'the name of an opaque domain must not be NULL' USING ERRCODE = '22004';
     END IF;
@@ -376,46 +461,28 @@ END
 $fn$;
 
 -- encode and decode read the key as the extension's owner: callers need
--- EXECUTE (granted explicitly), never the key's table
+-- EXECUTE (granted explicitly), never the key's table. SQL-standard bodies:
+-- the table, the function and the operator are bound by OID when the
+-- function is created, so that no schema renamed or planted later (public
+-- belongs to the database owner) can stand in for them while they run as
+-- the owner.
 CREATE FUNCTION leaf_opaque_encode(domain text, value bigint) RETURNS bigint
-LANGUAGE plpgsql STABLE SECURITY DEFINER
+LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    width integer;
-    secret bytea;
-BEGIN
-    IF $1 IS NULL OR $2 IS NULL THEN
-        RAISE EXCEPTION 'leaf_opaque_encode: the domain and the value must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    SELECT d.bits, d.key INTO width, secret
-      FROM @extschema@.leaf_opaque_domain d WHERE d.name OPERATOR(pg_catalog.=) $1;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'opaque domain "%" does not exist', $1 USING ERRCODE = '42704';
-    END IF;
-    RETURN @extschema@.leaf_id_opaque_permute(width, secret, $2, false);
-END
-$fn$;
+BEGIN ATOMIC
+    SELECT @extschema@.leaf_id_opaque_code('leaf_opaque_encode', $1, $2, false, d.bits, d.key)
+      FROM (VALUES (1)) AS one (x)
+      LEFT JOIN @extschema@.leaf_opaque_domain d ON d.name OPERATOR(pg_catalog.=) $1;
+END;
 
 CREATE FUNCTION leaf_opaque_decode(domain text, id bigint) RETURNS bigint
-LANGUAGE plpgsql STABLE SECURITY DEFINER
+LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    width integer;
-    secret bytea;
-BEGIN
-    IF $1 IS NULL OR $2 IS NULL THEN
-        RAISE EXCEPTION 'leaf_opaque_decode: the domain and the ID must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    SELECT d.bits, d.key INTO width, secret
-      FROM @extschema@.leaf_opaque_domain d WHERE d.name OPERATOR(pg_catalog.=) $1;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'opaque domain "%" does not exist', $1 USING ERRCODE = '42704';
-    END IF;
-    RETURN @extschema@.leaf_id_opaque_permute(width, secret, $2, true);
-END
-$fn$;
+BEGIN ATOMIC
+    SELECT @extschema@.leaf_id_opaque_code('leaf_opaque_decode', $1, $2, true, d.bits, d.key)
+      FROM (VALUES (1)) AS one (x)
+      LEFT JOIN @extschema@.leaf_opaque_domain d ON d.name OPERATOR(pg_catalog.=) $1;
+END;
 
 COMMENT ON VIEW leaf_opaque_domains IS
   'Opaque domains: name, width, creation time and the tags that use each; never the key.';
@@ -430,45 +497,70 @@ COMMENT ON FUNCTION leaf_opaque_decode(text, bigint) IS
 COMMENT ON FUNCTION leaf_id_random_key() IS
   'Internal to leaf_opaque_create: 16 bytes from pg_strong_random.';
 COMMENT ON FUNCTION leaf_id_opaque_permute(integer, bytea, bigint, boolean) IS
-  'Internal to leaf_opaque_encode and leaf_opaque_decode: the permutation (or its inverse) of a value under a width and key.';
+  'Internal: the permutation (or its inverse) of a value under a width and key.';
+COMMENT ON FUNCTION leaf_id_opaque_code(text, text, bigint, boolean, integer, bytea) IS
+  'Internal to leaf_opaque_encode and leaf_opaque_decode: a value through a domain''s permutation (or its inverse), given the domain''s row.';
+COMMENT ON FUNCTION leaf_opaque_grant(text, text, bigint) IS
+  'The value of leaf_alloc.opaque_grant that lets a tag issue an opaque domain''s IDs from a max_id on. Superusers and roles that may run leaf_opaque_decode only.';
 
-REVOKE ALL ON leaf_opaque_domain, leaf_opaque_domains FROM PUBLIC;
-GRANT SELECT ON leaf_opaque_domains TO pg_monitor;
-REVOKE EXECUTE ON FUNCTION leaf_opaque_create(text, integer), leaf_opaque_drop(text),
-    leaf_opaque_encode(text, bigint), leaf_opaque_decode(text, bigint),
-    leaf_id_random_key(), leaf_id_opaque_permute(integer, bytea, bigint, boolean) FROM PUBLIC;
 
--- Only the privileges above are meant: grants that the installing role's
--- ALTER DEFAULT PRIVILEGES gave other roles on leaf_id's tables, views and
--- functions are taken back (the names are quoted by the server).
+-- Privileges (docs/privileges.md). Every install and update path ends with
+-- this block, the same text in every script, so that every path ends with
+-- the same privileges (tests/tap/071 compares them under hostile default
+-- privileges).
+--  1. Every member of the extension keeps only its owner's privileges: what
+--     ALTER DEFAULT PRIVILEGES gave anyone (PUBLIC and pg_monitor included)
+--     on leaf_id's tables, views and functions goes, and what it took from
+--     the owner comes back. (The names are quoted by the server.)
+--  2. Then exactly these grants. Drawing and decoding snowflake IDs is open
+--     to PUBLIC, as a column default needs (REVOKE EXECUTE ... FROM PUBLIC to
+--     restrict it), and leaf_opaque_grant checks its caller itself. What shows
+--     tag names, ranges and the worker registry is for pg_monitor, as
+--     pg_stat_* details. The tables, encoding and decoding, and everything
+--     that changes state are the superuser's unless granted.
 DO $leaf_id_acl$
 DECLARE
     stmt text;
 BEGIN
     FOR stmt IN
-        SELECT pg_catalog.format('REVOKE ALL ON TABLE %s FROM %I', c.oid::pg_catalog.regclass, r.rolname)
-          FROM pg_catalog.pg_depend d
-          JOIN pg_catalog.pg_class c ON c.oid = d.objid
-          CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) a
-          JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
-         WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
-           AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
-           AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'leaf_id')
-           AND d.deptype = 'e'
-           AND a.grantee <> c.relowner AND r.rolname <> 'pg_monitor'
+        WITH member AS (
+            SELECT d.classid, d.objid
+              FROM pg_catalog.pg_depend d
+             WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+               AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e
+                                                       WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id')
+               AND d.deptype OPERATOR(pg_catalog.=) 'e'
+        ), target AS (
+            SELECT 'TABLE' AS kind, c.oid::pg_catalog.regclass::pg_catalog.text AS name, c.relowner AS owner,
+                   COALESCE(c.relacl, pg_catalog.acldefault('r', c.relowner)) AS acl
+              FROM member m JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) m.objid
+             WHERE m.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+               AND c.relkind IN ('r', 'p', 'v', 'm')
+            UNION ALL
+            SELECT 'FUNCTION', p.oid::pg_catalog.regprocedure::pg_catalog.text, p.proowner,
+                   COALESCE(p.proacl, pg_catalog.acldefault('f', p.proowner))
+              FROM member m JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) m.objid
+             WHERE m.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+        )
+        SELECT pg_catalog.format('REVOKE ALL ON %s %s FROM %s', t.kind, t.name,
+                                 CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                                      ELSE pg_catalog.quote_ident(r.rolname) END)
+          FROM target t CROSS JOIN LATERAL pg_catalog.aclexplode(t.acl) a
+          LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+         WHERE a.grantee OPERATOR(pg_catalog.<>) t.owner
         UNION
-        SELECT pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM %I', p.oid::pg_catalog.regprocedure, r.rolname)
-          FROM pg_catalog.pg_depend d
-          JOIN pg_catalog.pg_proc p ON p.oid = d.objid
-          CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
-          JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
-         WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
-           AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
-           AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'leaf_id')
-           AND d.deptype = 'e'
-           AND a.grantee <> p.proowner AND r.rolname <> 'pg_monitor'
+        SELECT pg_catalog.format('GRANT ALL ON %s %s TO %I', t.kind, t.name, r.rolname)
+          FROM target t JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) t.owner
+        ORDER BY 1
     LOOP
         EXECUTE stmt;
     END LOOP;
 END
 $leaf_id_acl$;
+GRANT EXECUTE ON FUNCTION leaf_segment_next(text), leaf_segment_next(text, integer),
+    leaf_snowflake_next(), leaf_snowflake_next(integer),
+    leaf_snowflake_decode(bigint), leaf_snowflake_decode(bigint, bigint),
+    leaf_snowflake_min_id(timestamptz), leaf_snowflake_min_id(timestamptz, bigint),
+    leaf_opaque_grant(text, text, bigint) TO PUBLIC;
+GRANT SELECT ON leaf_segment_status, leaf_snowflake_status, leaf_opaque_domains TO pg_monitor;
+GRANT EXECUTE ON FUNCTION leaf_segment_status(), leaf_snowflake_status() TO pg_monitor;

@@ -1,5 +1,22 @@
 -- leaf_id tables. Created before the functions (bootstrap).
 
+-- The extension's schema keeps its name until CREATE EXTENSION ends (its
+-- pg_namespace row is locked): a non-superuser who owns it (public belongs to
+-- the database owner) cannot rename it and put look-alikes under its name
+-- while the names below are resolved.
+DO $leaf_id_pin$
+BEGIN
+    PERFORM 1 FROM pg_catalog.pg_namespace n
+      JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) n.oid
+     WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'
+       AND pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.=) '@extschema@'
+       FOR SHARE OF n;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'the schema of leaf_id was renamed while CREATE EXTENSION ran' USING ERRCODE = '55000';
+    END IF;
+END
+$leaf_id_pin$;
+
 CREATE TABLE leaf_alloc (
     biz_tag     text        PRIMARY KEY
                             CONSTRAINT leaf_alloc_biz_tag_length CHECK (char_length(biz_tag) BETWEEN 1 AND 128),
@@ -10,7 +27,8 @@ CREATE TABLE leaf_alloc (
     description text,
     update_time timestamptz NOT NULL DEFAULT now(),
     opaque_domain text,
-    opaque_check  bigint
+    opaque_check  bigint,
+    opaque_grant  bigint
 );
 SELECT pg_catalog.pg_extension_config_dump('leaf_alloc', '');
 
@@ -21,6 +39,7 @@ COMMENT ON COLUMN leaf_alloc.max_id IS 'First ID not yet reserved by any segment
 COMMENT ON COLUMN leaf_alloc.step IS 'Minimum segment size; the dynamic step grows from it (changes apply at the next refill).';
 COMMENT ON COLUMN leaf_alloc.update_time IS 'Time of the last refill.';
 COMMENT ON COLUMN leaf_alloc.opaque_domain IS 'A name in leaf_opaque_domain: the tag hands out that domain''s keyed permutation of its counter instead of the counter (NULL: plain IDs). Set it before the tag''s first ID: a refill refuses a domain that differs from the one its earlier IDs were issued under (55000).';
+COMMENT ON COLUMN leaf_alloc.opaque_grant IS 'With opaque_domain: leaf_opaque_grant(opaque_domain, biz_tag, max_id), which only a superuser or a role that may run leaf_opaque_decode can compute; each refill writes the one of its new max_id. A refill of an opaque tag whose grant does not match is refused (42501).';
 COMMENT ON COLUMN leaf_alloc.opaque_check IS 'Written by each refill: a fingerprint of the encoding the reserved IDs are issued under (0: plain; else SipHash of a constant under the domain''s key and width, which reveals nothing of the key). NULL: no refill yet.';
 
 CREATE TABLE leaf_opaque_domain (

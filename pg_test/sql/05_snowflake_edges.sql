@@ -4,7 +4,7 @@
 -- decode and min_id depend on leaf_id.epoch_ms: STABLE; the forms that take
 -- the epoch are IMMUTABLE and may go into indexes and partition bounds
 SELECT p.oid::regprocedure AS function, p.provolatile
-FROM pg_proc p WHERE p.proname IN ('leaf_snowflake_decode', 'leaf_snowflake_min_id') ORDER BY 1::text;
+FROM pg_proc p WHERE p.proname IN ('leaf_snowflake_decode', 'leaf_snowflake_min_id') ORDER BY p.oid::regprocedure::text;
 SELECT * FROM leaf_snowflake_decode((123::bigint << 22) | (5 << 12) | 7, 1288834974657);
 SELECT leaf_snowflake_min_id('2024-01-01 00:00:00+00', 1288834974657) = leaf_snowflake_min_id('2024-01-01 00:00:00+00');
 CREATE TABLE sf_events (id bigint) PARTITION BY RANGE (id);

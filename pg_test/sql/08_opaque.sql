@@ -33,7 +33,7 @@ SELECT count(DISTINCT e) AS distinct_ids, min(e) AS lowest, max(e) AS highest,
 FROM (SELECT v, leaf_opaque_encode('regress_16', v) AS e FROM generate_series(0, 65535) v) s;
 
 -- an opaque tag: IDs unique, in range, not increasing, decoding to the counter
-INSERT INTO leaf_alloc (biz_tag, step, opaque_domain) VALUES ('regress_opaque', 100, 'regress_53');
+INSERT INTO leaf_alloc (biz_tag, step, opaque_domain, opaque_grant) VALUES ('regress_opaque', 100, 'regress_53', leaf_opaque_grant('regress_53', 'regress_opaque', 1));
 CREATE TEMP TABLE opaque_ids AS
   SELECT ord, id FROM leaf_segment_next('regress_opaque', 5000) WITH ORDINALITY AS t(id, ord);
 INSERT INTO opaque_ids SELECT 5000 + g, leaf_segment_next('regress_opaque') FROM generate_series(1, 1000) g;
@@ -58,7 +58,7 @@ SELECT regress_sqlstate($$SELECT count(leaf_segment_next('regress_plain')) FROM 
 UPDATE leaf_alloc SET opaque_domain = NULL WHERE biz_tag = 'regress_plain';
 SELECT count(DISTINCT leaf_segment_next('regress_plain')) AS plain_again FROM generate_series(1, 100);
 -- nor can a domain's key: a tag's next refill refuses it (55000)
-INSERT INTO leaf_alloc (biz_tag, step, opaque_domain) VALUES ('regress_rekeyed', 10, 'regress_63');
+INSERT INTO leaf_alloc (biz_tag, step, opaque_domain, opaque_grant) VALUES ('regress_rekeyed', 10, 'regress_63', leaf_opaque_grant('regress_63', 'regress_rekeyed', 1));
 SELECT leaf_segment_next('regress_rekeyed') >= 0 AS first_opaque;
 CREATE TEMP TABLE saved_key AS SELECT key FROM leaf_opaque_domain WHERE name = 'regress_63';
 UPDATE leaf_opaque_domain SET key = leaf_id_random_key() WHERE name = 'regress_63';
@@ -68,7 +68,7 @@ UPDATE leaf_opaque_domain SET key = (SELECT key FROM saved_key) WHERE name = 're
 SELECT count(DISTINCT leaf_segment_next('regress_rekeyed')) AS key_back FROM generate_series(1, 100);
 -- a tag whose domain is gone issues nothing (55000), and a used domain cannot be dropped (2BP01)
 SELECT leaf_opaque_create('regress_gone', 20);
-INSERT INTO leaf_alloc (biz_tag, step, opaque_domain) VALUES ('regress_orphan', 10, 'regress_gone');
+INSERT INTO leaf_alloc (biz_tag, step, opaque_domain, opaque_grant) VALUES ('regress_orphan', 10, 'regress_gone', leaf_opaque_grant('regress_gone', 'regress_orphan', 1));
 DELETE FROM leaf_opaque_domain WHERE name = 'regress_gone';
 SELECT regress_sqlstate($$SELECT leaf_segment_next('regress_orphan')$$) AS domain_gone;
 SELECT regress_sqlstate($$SELECT leaf_opaque_drop('regress_53')$$) AS drop_used;
@@ -76,7 +76,7 @@ SELECT leaf_opaque_drop('regress_16');
 SELECT regress_sqlstate($$SELECT leaf_opaque_drop('regress_16')$$) AS drop_unknown;
 -- a counter beyond the domain: 2200H
 SELECT leaf_opaque_create('regress_small', 16);
-INSERT INTO leaf_alloc (biz_tag, step, max_id, opaque_domain) VALUES ('regress_full', 10, 65530, 'regress_small');
+INSERT INTO leaf_alloc (biz_tag, step, max_id, opaque_domain, opaque_grant) VALUES ('regress_full', 10, 65530, 'regress_small', leaf_opaque_grant('regress_small', 'regress_full', 65530));
 SELECT regress_sqlstate($$SELECT count(leaf_segment_next('regress_full')) FROM generate_series(1, 7)$$) AS past_the_end;
 
 -- a snowflake ID through a 63-bit domain: unique, unordered, and back (docs/opaque-ids.md)

@@ -5,7 +5,9 @@
 //! expression folded by the planner, a rule, a function of a type) must run
 //! with the owner's rights, unable to SET ROLE back. Owns only that switch;
 //! must not touch shared memory or leaf_id's tables.
-//! Must not be callable by anyone but superusers (the adopt functions call it).
+//! `leaf_id_column_max` must not be callable by anyone but superusers (the
+//! adopt functions call it); `leaf_opaque_grant` uses the switch to read a
+//! key as the extension's owner.
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -55,16 +57,9 @@ fn leaf_id_column_max(tab: pg_sys::Oid, col: &str) -> Option<i64> {
     .ok()
     .flatten()
     .unwrap_or_default();
-    let (mut saved_user, mut saved_context) = (pg_sys::InvalidOid, 0);
+    let saved = become_restricted(owner);
     let level;
     unsafe {
-        pg_sys::GetUserIdAndSecContext(&mut saved_user, &mut saved_context);
-        pg_sys::SetUserIdAndSecContext(
-            owner,
-            saved_context
-                | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32
-                | pg_sys::SECURITY_RESTRICTED_OPERATION as i32,
-        );
         // settings the owner's code changes end with the read
         level = pg_sys::NewGUCNestLevel();
         // a row-level security policy (the owner's FORCE ROW LEVEL SECURITY)
@@ -84,9 +79,31 @@ fn leaf_id_column_max(tab: pg_sys::Oid, col: &str) -> Option<i64> {
     let max = Spi::get_one::<i64>(&query).unwrap_or_else(|e| {
         crate::errors::raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string(), None)
     });
-    unsafe {
-        pg_sys::AtEOXact_GUC(false, level);
-        pg_sys::SetUserIdAndSecContext(saved_user, saved_context);
-    }
+    unsafe { pg_sys::AtEOXact_GUC(false, level) };
+    restore_user(saved);
     max
+}
+
+/// The user and security context before `become_restricted`.
+pub(crate) struct SavedUser(pg_sys::Oid, i32);
+
+/// Run as `role` in a security-restricted operation until `restore_user`
+/// (an error in between ends the transaction, whose abort restores the
+/// user).
+pub(crate) fn become_restricted(role: pg_sys::Oid) -> SavedUser {
+    let (mut user, mut context) = (pg_sys::InvalidOid, 0);
+    unsafe {
+        pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
+        pg_sys::SetUserIdAndSecContext(
+            role,
+            context
+                | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32
+                | pg_sys::SECURITY_RESTRICTED_OPERATION as i32,
+        );
+    }
+    SavedUser(user, context)
+}
+
+pub(crate) fn restore_user(saved: SavedUser) {
+    unsafe { pg_sys::SetUserIdAndSecContext(saved.0, saved.1) };
 }

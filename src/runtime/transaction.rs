@@ -25,12 +25,13 @@ use std::panic::AssertUnwindSafe;
 /// The catalog version (the extension's SQL objects) this library serves.
 pub const CATALOG_VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// The older catalogs the library still serves: 0.3.0 has no opaque IDs
-/// (`catalog_has_opaque`); 0.1.0's leaf_worker has no owner_token and
+/// The older catalogs the library still serves: 0.4.0 has opaque IDs but
+/// no opaque grants, so it serves plain tags only (`catalog_has_opaque_grant`);
+/// 0.3.0 has no opaque IDs (`catalog_has_opaque`); 0.1.0's leaf_worker has no owner_token and
 /// 0.2.0's no pinned copies (`copies`, `holder_copy`), which snowflake mode
 /// needs, so those two serve segment mode only (`catalog_lacks_snowflake`);
 /// 0.1.0 also has no leaf_alloc_tuning (`catalog_is_legacy`).
-pub const OLDER_CATALOGS: &[&str] = &["0.1.0", "0.2.0", "0.3.0"];
+pub const OLDER_CATALOGS: &[&str] = &["0.1.0", "0.2.0", "0.3.0", "0.4.0"];
 
 /// The older catalogs snowflake mode cannot run on.
 const CATALOGS_WITHOUT_SNOWFLAKE: &[&str] = &["0.1.0", "0.2.0"];
@@ -57,6 +58,13 @@ pub fn catalog_lacks_snowflake() -> bool {
 
 /// Does the running job's catalog have opaque IDs (0.4.0 on)?
 pub fn catalog_has_opaque() -> bool {
+    matches!(JOB_CATALOG.with(|c| c.get()), None | Some("0.4.0"))
+}
+
+/// Does the running job's catalog have `leaf_alloc.opaque_grant` (0.5.0
+/// on)? Without it nothing proves that a tag's opaque domain was set by a
+/// role that may decode it, so opaque tags are refused there.
+pub fn catalog_has_opaque_grant() -> bool {
     JOB_CATALOG.with(|c| c.get()).is_none()
 }
 

@@ -186,16 +186,18 @@ pub const RUN_ON_WORKER: &str =
 /// Lock the row of tag $1 by a write (max_id, step).
 /// With `opaque` (catalog 0.4.0 on) also the tag's opaque domain and the
 /// fingerprint of the encoding its last refill recorded.
-pub fn alloc_lock_row(s: &Schema, opaque: bool) -> String {
+/// With `grant` (catalog 0.5.0 on) also the row's opaque grant.
+pub fn alloc_lock_row(s: &Schema, opaque: bool, grant: bool) -> String {
     format!(
         "UPDATE {} SET update_time = pg_catalog.now() \
-         WHERE biz_tag OPERATOR(pg_catalog.=) $1 RETURNING max_id, step{}",
+         WHERE biz_tag OPERATOR(pg_catalog.=) $1 RETURNING max_id, step{}{}",
         s.table(Table::Alloc),
         if opaque {
             ", opaque_domain, opaque_check"
         } else {
             ""
-        }
+        },
+        if grant { ", opaque_grant" } else { "" }
     )
 }
 
@@ -219,10 +221,15 @@ pub fn alloc_row_exists(s: &Schema) -> String {
 /// must say $3, or the statement fails (`leaf_id_alloc_row_conflict`); a
 /// 0.1.0 catalog has no such function and matches in the WHERE clause.
 /// With `opaque` (catalog 0.4.0 on), also records fingerprint $4 of the
-/// encoding the range is issued under (`leaf_alloc.opaque_check`).
-pub fn alloc_record_end(s: &Schema, legacy: bool, opaque: bool) -> String {
+/// encoding the range is issued under (`leaf_alloc.opaque_check`); with
+/// `grant` (0.5.0 on), also the grant $5 of the new max_id (NULL: plain).
+pub fn alloc_record_end(s: &Schema, legacy: bool, opaque: bool, grant: bool) -> String {
     let table = s.table(Table::Alloc);
-    let check = if opaque { ", opaque_check = $4" } else { "" };
+    let check = match (opaque, grant) {
+        (true, true) => ", opaque_check = $4, opaque_grant = $5",
+        (true, false) => ", opaque_check = $4",
+        _ => "",
+    };
     if legacy {
         format!(
             "UPDATE {table} SET update_time = pg_catalog.now(), max_id = $2 \

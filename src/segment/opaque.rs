@@ -106,6 +106,27 @@ impl Domain {
         }
     }
 
+    /// The grant of a tag's row (`leaf_alloc.opaque_grant`): a MAC under the
+    /// key of the tag's name and `max_id`. Only a role that may decode the
+    /// domain gets one from `leaf_opaque_grant()`, and each refill writes the
+    /// one of its new `max_id`: so a role that can only write `leaf_alloc`
+    /// cannot make a tag issue a domain's IDs (a codebook of its counters),
+    /// neither by a new tag nor by moving an opaque tag's `max_id`. The
+    /// message (prefix, tag length, tag, max_id) is longer than 7 bytes and
+    /// starts otherwise than the fingerprint's, so it is never the message
+    /// of a round or of the fingerprint. Never 0.
+    pub fn grant(&self, tag: &str, max_id: i64) -> i64 {
+        let mut msg = Vec::with_capacity(32 + tag.len());
+        msg.extend_from_slice(b"leaf_id opaque grant 1\0");
+        msg.extend_from_slice(&(tag.len() as u32).to_le_bytes());
+        msg.extend_from_slice(tag.as_bytes());
+        msg.extend_from_slice(&max_id.to_le_bytes());
+        match siphash24(self.k0, self.k1, &msg) as i64 {
+            0 => 1,
+            g => g,
+        }
+    }
+
     /// The largest value of the domain: `2^bits - 1`.
     pub fn max(&self) -> i64 {
         mask(self.bits) as i64
@@ -626,6 +647,39 @@ mod tests {
         let (k0, k1) = domain(53).key_words();
         assert_eq!(Domain::from_key_words(53, k0, k1), Some(domain(53)));
         assert_eq!(Domain::from_key_words(0, k0, k1), None);
+    }
+
+    #[test]
+    fn grants_bind_key_tag_and_max_id() {
+        let mut other = KEY;
+        other[7] ^= 1;
+        let g = domain(53).grant("order", 1);
+        assert_ne!(g, 0);
+        assert_eq!(g, domain(53).grant("order", 1));
+        assert_ne!(g, domain(53).grant("order", 2));
+        assert_ne!(g, domain(53).grant("orders", 1));
+        assert_ne!(g, domain(53).grant("probe", 1));
+        assert_ne!(g, Domain::new(53, &other).unwrap().grant("order", 1));
+        // the tag's length is in the message: "ab" + max_id is not "a" + ...
+        assert_ne!(
+            domain(53).grant("ab", 0),
+            domain(53).grant("a", 0x62 << 56 >> 56)
+        );
+        // not the fingerprint either
+        assert_ne!(g, domain(53).fingerprint());
+    }
+
+    #[test]
+    fn grant_known_answer() {
+        // pins the grant's construction: a change re-keys every tag's row
+        // (its refills would refuse it), so it must be deliberate
+        let d = Domain::new(63, &[0u8; 16]).unwrap();
+        let mut msg = b"leaf_id opaque grant 1\0".to_vec();
+        msg.extend_from_slice(&1u32.to_le_bytes());
+        msg.extend_from_slice(b"t");
+        msg.extend_from_slice(&7i64.to_le_bytes());
+        assert_eq!(d.grant("t", 7), siphash24(0, 0, &msg) as i64);
+        assert_eq!(d.grant("t", 7), 426487517273877486);
     }
 
     #[test]

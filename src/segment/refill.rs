@@ -68,8 +68,13 @@ pub(crate) fn reserve(
         // max_id it returns is the latest one (a stale read there reserved
         // one range on two nodes).
         let opaque = crate::runtime::transaction::catalog_has_opaque();
+        let granted = crate::runtime::transaction::catalog_has_opaque_grant();
         let row = client
-            .update(&sql::alloc_lock_row(schema, opaque), None, &[tag.into()])
+            .update(
+                &sql::alloc_lock_row(schema, opaque, granted),
+                None,
+                &[tag.into()],
+            )
             .map_err(spi_err)?;
         if row.is_empty() {
             let exists = client
@@ -98,6 +103,11 @@ pub(crate) fn reserve(
             )
         } else {
             (None, None)
+        };
+        let recorded_grant = if granted {
+            row.get::<i64>(5).map_err(spi_err)?
+        } else {
+            None
         };
         if table_step < 1 {
             return Err(JobError::new(
@@ -134,6 +144,20 @@ pub(crate) fn reserve(
         let check = encoding.map_or(0, |d| d.fingerprint());
         if recorded_check.is_some_and(|c| c != check) {
             return Err(encoding_changed(tag));
+        }
+        // Only a role that may decode the domain made the tag use it at this
+        // max_id (`leaf_opaque_grant`), or a refill of this tag wrote the
+        // grant: refused before anything is written (a tag admin's own tag,
+        // or a max_id she moved, would hand her the domain's codebook).
+        if let (Some(name), Some(d)) = (&domain_name, encoding) {
+            if !granted {
+                return Err(crate::runtime::transaction::needs_current_catalog(
+                    "an opaque tag",
+                ));
+            }
+            if recorded_grant != Some(d.grant(tag, max_id)) {
+                return Err(not_granted(tag, name, max_id));
+            }
         }
         // the counter must stay inside the domain: an opaque ID is the
         // permutation of a value below 2^bits
@@ -211,8 +235,15 @@ pub(crate) fn reserve(
         if opaque {
             args.push(check.into());
         }
+        if opaque && granted {
+            args.push(encoding.map(|d| d.grant(tag, end)).into());
+        }
         let updated = client
-            .update(&sql::alloc_record_end(schema, legacy, opaque), None, &args)
+            .update(
+                &sql::alloc_record_end(schema, legacy, opaque, granted),
+                None,
+                &args,
+            )
             .map_err(spi_err)?;
         let returned: Vec<Option<i64>> = updated.map(|r| r.get::<i64>(1).ok().flatten()).collect();
         let recorded = client
@@ -270,6 +301,19 @@ fn opaque_domain(
             ),
         )
     })
+}
+
+/// The refusal of a refill of an opaque tag whose row has no grant for its
+/// domain at its max_id.
+fn not_granted(tag: &str, domain: &str, max_id: i64) -> JobError {
+    JobError::new(
+        PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+        format!(
+            "tag \"{tag}\" may not use opaque domain \"{domain}\": leaf_alloc.opaque_grant is not the grant \
+             of the domain for this tag at max_id {max_id} (set it to leaf_opaque_grant(domain, tag, max_id), \
+             which only a role that may run leaf_opaque_decode, or a superuser, can compute)"
+        ),
+    )
 }
 
 /// The refusal of a refill whose encoding differs from the one the tag's

@@ -56,8 +56,8 @@ for my $from ('0.1.0', '0.2.0')
 		my $alloc_cols = $n->safe_psql('postgres', q{
 	SET citus.override_table_visibility = off;
 	SELECT count(*) FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
-	WHERE c.relname ~ '^leaf_alloc(_[0-9]+)?$' AND a.attname IN ('opaque_domain', 'opaque_check') AND NOT a.attisdropped});
-		is($alloc_cols, 4, $n->name . ': leaf_alloc and its shard both have the columns of 0.4.0');
+	WHERE c.relname ~ '^leaf_alloc(_[0-9]+)?$' AND a.attname IN ('opaque_domain', 'opaque_check', 'opaque_grant') AND NOT a.attisdropped});
+		is($alloc_cols, 6, $n->name . ': leaf_alloc and its shard both have the columns of 0.4.0 and 0.5.0');
 		is($n->safe_psql('postgres', q{
 	SET citus.override_table_visibility = off;
 	SELECT string_agg(DISTINCT opaque_check::text, ',') FROM leaf_alloc}), '0',
@@ -66,7 +66,7 @@ for my $from ('0.1.0', '0.2.0')
 	# the documented step after the update: the domains become a reference table
 	$coord->safe_psql('postgres', q{SELECT create_reference_table('leaf_opaque_domain')});
 	$coord->safe_psql('postgres', q{SELECT leaf_opaque_create('d');
-INSERT INTO leaf_alloc (biz_tag, step, opaque_domain) VALUES ('o', 10, 'd')});
+INSERT INTO leaf_alloc (biz_tag, step, opaque_domain, opaque_grant) VALUES ('o', 10, 'd', leaf_opaque_grant('d', 'o', 1))});
 	for my $n ($coord, @workers)
 	{
 		my $r;

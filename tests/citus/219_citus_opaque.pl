@@ -25,7 +25,7 @@ SELECT count(DISTINCT result) || ':' || count(*) FROM run_command_on_placements(
   $$SELECT md5(key) FROM %s WHERE name = 'shared_domain'$$)}),
 	'1:3', 'every node holds the same key (one copy per node)');
 $coord->safe_psql('postgres',
-	q{INSERT INTO leaf_alloc (biz_tag, step, opaque_domain) VALUES ('opq', 50, 'shared_domain')});
+	q{INSERT INTO leaf_alloc (biz_tag, step, opaque_domain, opaque_grant) VALUES ('opq', 50, 'shared_domain', leaf_opaque_grant('shared_domain', 'opq', 1))});
 
 my %ids;
 my @sessions = map {

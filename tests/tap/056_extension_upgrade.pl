@@ -186,9 +186,41 @@ UPDATE leaf_alloc SET opaque_domain = 'd' WHERE biz_tag = 'unused'});
 $r = try_sql($node, 'from030', "SELECT leaf_segment_next('unused')");
 is($r->{sqlstate}, '55000', 'a tag of 0.3.0 made opaque is refused (its IDs may have been issued plain)')
   or diag $r->{err};
-$node->safe_psql('from030', q{INSERT INTO leaf_alloc (biz_tag, step, opaque_domain) VALUES ('new', 10, 'd')});
+$node->safe_psql('from030', q{INSERT INTO leaf_alloc (biz_tag, step, opaque_domain, opaque_grant) VALUES ('new', 10, 'd', leaf_opaque_grant('d', 'new', 1))});
 $r = try_sql($node, 'from030', "SELECT count(DISTINCT leaf_segment_next('new')) FROM generate_series(1, 50)");
 is($r->{out}, '50', 'a new opaque tag works after the update') or diag $r->{err};
+
+# --- from 0.4.0 (the previous version): opaque tags need a grant -------------------
+# On the 0.4.0 catalog the library serves plain tags only (no opaque_grant
+# column: nothing proves who set a tag's domain); the update gives the
+# opaque tags of 0.4.0 the grant of their max_id, and they go on.
+$node->safe_psql('postgres', 'CREATE DATABASE from040');
+$node->safe_psql('from040', q{
+CREATE EXTENSION leaf_id VERSION '0.4.0';
+SELECT leaf_opaque_create('d', 40);
+INSERT INTO leaf_alloc (biz_tag, step) VALUES ('u', 10);
+INSERT INTO leaf_alloc (biz_tag, step, opaque_domain) VALUES ('o', 10, 'd');
+CREATE TABLE ids (phase int, id bigint);
+});
+$r = try_sql($node, 'from040',
+	"INSERT INTO ids SELECT 1, leaf_segment_next('u') FROM generate_series(1, 95)");
+is($r->{ret}, 0, 'plain tags work on the 0.4.0 catalog') or diag $r->{err};
+$r = try_sql($node, 'from040', "SELECT leaf_segment_next('o')");
+is($r->{sqlstate}, '55000', 'an opaque tag on the 0.4.0 catalog: refused with 55000 (no grant column)')
+  or diag $r->{err};
+$node->safe_psql('from040', 'ALTER EXTENSION leaf_id UPDATE');
+is($node->safe_psql('from040', $describe), $fresh,
+	'the catalog updated from 0.4.0 equals a fresh install of ' . $version);
+is($node->safe_psql('from040', q{SELECT opaque_grant = leaf_opaque_grant('d', 'o', max_id) FROM leaf_alloc WHERE biz_tag = 'o'}),
+	't', 'the update gave the opaque tag of 0.4.0 the grant of its max_id');
+$r = try_sql($node, 'from040',
+	"INSERT INTO ids SELECT 2, leaf_segment_next('u') FROM generate_series(1, 95); "
+	  . "INSERT INTO ids SELECT 3, leaf_opaque_decode('d', leaf_segment_next('o')) FROM generate_series(1, 95)");
+is($r->{ret}, 0, 'plain and opaque tags work after the update from 0.4.0') or diag $r->{err};
+is( $node->safe_psql('from040',
+		'SELECT (SELECT min(id) FROM ids WHERE phase = 2) > (SELECT max(id) FROM ids WHERE phase = 1) '
+		  . 'AND (SELECT count(*) - count(DISTINCT id) FROM ids WHERE phase = 3) = 0'),
+	't', 'segment IDs go on above those before, and the opaque tag hands out distinct counters');
 
 # --- a catalog version the library does not serve -------------------------------
 $node->safe_psql('fresh', q{

@@ -18,7 +18,7 @@ $src->safe_psql('app', q{
 CREATE EXTENSION leaf_id;
 SELECT leaf_opaque_create('public_order', bits => 53);
 SELECT leaf_opaque_create('unused', bits => 63);
-INSERT INTO leaf_alloc (biz_tag, step, opaque_domain) VALUES ('order', 100, 'public_order');
+INSERT INTO leaf_alloc (biz_tag, step, opaque_domain, opaque_grant) VALUES ('order', 100, 'public_order', leaf_opaque_grant('public_order', 'order', 1));
 CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT leaf_segment_next('order'), item text);
 INSERT INTO orders (item) SELECT 'o' FROM generate_series(1, 1000);
 });

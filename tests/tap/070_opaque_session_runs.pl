@@ -28,8 +28,8 @@ log_error_verbosity = verbose
 });
 my $setup = q{
 SELECT leaf_opaque_create('runs_domain', bits => 40);
-INSERT INTO leaf_alloc (biz_tag, max_id, step, opaque_domain) VALUES ('opq', 1, 1000, 'runs_domain');
-INSERT INTO leaf_alloc (biz_tag, max_id, step, opaque_domain) VALUES ('opq2', 1, 1000, 'runs_domain');
+INSERT INTO leaf_alloc (biz_tag, max_id, step, opaque_domain, opaque_grant) VALUES ('opq', 1, 1000, 'runs_domain', leaf_opaque_grant('runs_domain', 'opq', 1));
+INSERT INTO leaf_alloc (biz_tag, max_id, step, opaque_domain, opaque_grant) VALUES ('opq2', 1, 1000, 'runs_domain', leaf_opaque_grant('runs_domain', 'opq2', 1));
 };
 $node->safe_psql('postgres', $setup);
 
@@ -84,7 +84,8 @@ $node->safe_psql('postgres', "CREATE EXTENSION leaf_id");
 # the same names again, the tag far above the old counters: an ID of the old
 # run would decode under the new key to a counter outside the new tag's
 # first segment
-$node->safe_psql('postgres', $setup =~ s/max_id, step, opaque_domain\) VALUES \('opq', 1,/max_id, step, opaque_domain) VALUES ('opq', 500000,/r);
+$node->safe_psql('postgres',
+	$setup =~ s/VALUES \('opq', 1, 1000, 'runs_domain', leaf_opaque_grant\('runs_domain', 'opq', 1\)\)/VALUES ('opq', 500000, 1000, 'runs_domain', leaf_opaque_grant('runs_domain', 'opq', 500000))/r);
 my @after;
 for (1 .. 20)
 {
@@ -103,7 +104,7 @@ $sa->quit;
 # and an encoding change refused by the worker included
 $node->safe_psql(
 	'postgres', q{
-INSERT INTO leaf_alloc (biz_tag, step, opaque_domain) VALUES ('rekeyed', 10, 'runs_domain');
+INSERT INTO leaf_alloc (biz_tag, step, opaque_domain, opaque_grant) VALUES ('rekeyed', 10, 'runs_domain', leaf_opaque_grant('runs_domain', 'rekeyed', 1));
 SELECT leaf_segment_next('rekeyed');
 });
 my @keys = split /\n/,
