@@ -225,7 +225,7 @@ def phase1(B, nodes, res):
     B.log("multinode phase 1: the coordinator alone, leaf_alloc and leaf_worker reference tables")
     nodes.psql("coord", f"""
 SELECT citus_set_coordinator_host('127.0.0.1', {nodes.port['coord']});
-SELECT create_reference_table('leaf_opaque_domain'), create_reference_table('leaf_alloc'), create_reference_table('leaf_worker');
+SELECT create_reference_table('leaf_opaque_domain'), create_reference_table('leaf_alloc'), create_reference_table('leaf_alloc_encoding'), create_reference_table('leaf_worker');
 """)
     warm(B, nodes, "coord")
     res["throughput_1"] = throughput(B, nodes, ["coord"])

@@ -42,9 +42,9 @@ CONTEXTS = {
 # blocks run by another suite: the file that must hold them, and how it
 # spells the statement
 ELSEWHERE = {
-    "SELECT create_reference_table('leaf_opaque_domain'), create_reference_table('leaf_alloc'), create_reference_table('leaf_worker');":
+    "SELECT create_reference_table('leaf_opaque_domain'), create_reference_table('leaf_alloc'), create_reference_table('leaf_alloc_encoding'), create_reference_table('leaf_worker');":
         ("tests/citus/CitusTap.pm",
-         "q{SELECT create_reference_table('leaf_opaque_domain'), create_reference_table('leaf_alloc'), create_reference_table('leaf_worker')}"),
+         "q{SELECT create_reference_table('leaf_opaque_domain'), create_reference_table('leaf_alloc'), create_reference_table('leaf_alloc_encoding'), create_reference_table('leaf_worker')}"),
 }
 
 

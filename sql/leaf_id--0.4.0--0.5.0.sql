@@ -5,6 +5,9 @@
 --  - a tag uses an opaque domain only with a grant (leaf_alloc.opaque_grant)
 --    that a role allowed to decode computed (leaf_opaque_grant); the tags of
 --    0.4.0 that use one get theirs here;
+--  - the encoding each tag issued under is kept apart from its row
+--    (leaf_alloc_encoding): a tag deleted and inserted under another encoding
+--    is refused;
 --  - privileges are reset to the same list as a fresh install.
 -- After this script the catalog equals a fresh install of 0.5.0
 -- (tests/tap/056_extension_upgrade.pl and 071 compare them; on Citus,
@@ -60,6 +63,20 @@ AS 'MODULE_PATHNAME', 'leaf_opaque_grant_wrapper';
 ALTER TABLE leaf_alloc ADD COLUMN opaque_grant bigint;
 COMMENT ON COLUMN leaf_alloc.opaque_grant IS 'With opaque_domain: leaf_opaque_grant(opaque_domain, biz_tag, max_id), which only a superuser or a role that may run leaf_opaque_decode can compute; each refill writes the one of its new max_id. A refill of an opaque tag whose grant does not match is refused (42501).';
 
+-- The encodings tags issued under, kept when a row is deleted; filled from
+-- every row that recorded one (a refill of 0.4.0, or 0 for the tags of 0.3.0).
+CREATE TABLE leaf_alloc_encoding (
+    biz_tag      text        PRIMARY KEY,
+    opaque_check bigint      NOT NULL,
+    first_refill timestamptz NOT NULL DEFAULT now()
+);
+SELECT pg_catalog.pg_extension_config_dump('leaf_alloc_encoding', '');
+
+COMMENT ON TABLE leaf_alloc_encoding IS
+  'leaf_id segment mode: the encoding each tag issued its IDs under (written by its first refill), kept when its leaf_alloc row is deleted: a tag inserted again under another encoding (plain or another opaque domain) is refused (55000), since its IDs could equal those issued before. Superusers only; delete a row only for a tag whose IDs are all gone.';
+COMMENT ON COLUMN leaf_alloc_encoding.opaque_check IS 'The fingerprint of the encoding, as leaf_alloc.opaque_check (0: plain).';
+COMMENT ON COLUMN leaf_alloc_encoding.first_refill IS 'Time of the first refill recorded here.';
+
 -- The tags of 0.4.0 that use a domain get the grant of their max_id (this
 -- update is run by a superuser, who may grant any domain); on Citus, each
 -- node's own copy, as every node runs this script.
@@ -72,6 +89,8 @@ BEGIN
         UPDATE @extschema@.leaf_alloc a
            SET opaque_grant = @extschema@.leaf_opaque_grant(a.opaque_domain, a.biz_tag, a.max_id)
          WHERE a.opaque_domain IS NOT NULL;
+        INSERT INTO @extschema@.leaf_alloc_encoding (biz_tag, opaque_check)
+        SELECT a.biz_tag, a.opaque_check FROM @extschema@.leaf_alloc a WHERE a.opaque_check IS NOT NULL;
         RETURN;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition p
@@ -81,6 +100,8 @@ BEGIN
         UPDATE @extschema@.leaf_alloc a
            SET opaque_grant = @extschema@.leaf_opaque_grant(a.opaque_domain, a.biz_tag, a.max_id)
          WHERE a.opaque_domain IS NOT NULL;
+        INSERT INTO @extschema@.leaf_alloc_encoding (biz_tag, opaque_check)
+        SELECT a.biz_tag, a.opaque_check FROM @extschema@.leaf_alloc a WHERE a.opaque_check IS NOT NULL;
         RETURN;
     END IF;
     PERFORM pg_catalog.set_config('citus.enable_manual_changes_to_shards', 'on', true),
@@ -100,6 +121,10 @@ BEGIN
         EXECUTE pg_catalog.format(
             'UPDATE %I.%I a SET opaque_grant = %I.leaf_opaque_grant(a.opaque_domain, a.biz_tag, a.max_id) '
             'WHERE a.opaque_domain IS NOT NULL', shard.nspname, shard.relname, shard.nspname);
+        EXECUTE pg_catalog.format(
+            'INSERT INTO %I.leaf_alloc_encoding (biz_tag, opaque_check) SELECT a.biz_tag, a.opaque_check '
+            'FROM %I.%I a WHERE a.opaque_check IS NOT NULL ON CONFLICT DO NOTHING',
+            shard.nspname, shard.nspname, shard.relname);
     END LOOP;
 END
 $do$;

@@ -82,6 +82,18 @@ COMMENT ON COLUMN leaf_worker.copies IS 'On Citus: the group ids of the nodes wi
 COMMENT ON COLUMN leaf_worker.holder_copy IS 'On Citus: the group id of the holder''s node (NULL: it had no copy of leaf_worker).';
 COMMENT ON COLUMN leaf_worker.owner_token IS 'Random token of the server lifetime that holds the id (NULL: closed cleanly or released); tells apart servers with one node name, such as a physical copy.';
 
+CREATE TABLE leaf_alloc_encoding (
+    biz_tag      text        PRIMARY KEY,
+    opaque_check bigint      NOT NULL,
+    first_refill timestamptz NOT NULL DEFAULT now()
+);
+SELECT pg_catalog.pg_extension_config_dump('leaf_alloc_encoding', '');
+
+COMMENT ON TABLE leaf_alloc_encoding IS
+  'leaf_id segment mode: the encoding each tag issued its IDs under (written by its first refill), kept when its leaf_alloc row is deleted: a tag inserted again under another encoding (plain or another opaque domain) is refused (55000), since its IDs could equal those issued before. Superusers only; delete a row only for a tag whose IDs are all gone.';
+COMMENT ON COLUMN leaf_alloc_encoding.opaque_check IS 'The fingerprint of the encoding, as leaf_alloc.opaque_check (0: plain).';
+COMMENT ON COLUMN leaf_alloc_encoding.first_refill IS 'Time of the first refill recorded here.';
+
 CREATE TABLE leaf_alloc_tuning (
     biz_tag     text        PRIMARY KEY,
     tuned_step  integer     NOT NULL

@@ -68,6 +68,12 @@ pub fn catalog_has_opaque_grant() -> bool {
     JOB_CATALOG.with(|c| c.get()).is_none()
 }
 
+/// Does the running job's catalog have `leaf_alloc_encoding` (0.5.0 on),
+/// the encodings tags issued under, kept when a row is deleted?
+pub fn catalog_has_encoding_history() -> bool {
+    JOB_CATALOG.with(|c| c.get()).is_none()
+}
+
 /// The error of a job that needs the current catalog.
 pub fn needs_current_catalog(what: &str) -> JobError {
     let version = JOB_CATALOG.with(|c| c.get()).unwrap_or(LEGACY_CATALOG);

@@ -33,6 +33,7 @@ pub enum Table {
     AllocTuning,
     Worker,
     OpaqueDomain,
+    AllocEncoding,
 }
 
 impl Table {
@@ -42,6 +43,7 @@ impl Table {
             Table::AllocTuning => "leaf_alloc_tuning",
             Table::Worker => "leaf_worker",
             Table::OpaqueDomain => "leaf_opaque_domain",
+            Table::AllocEncoding => "leaf_alloc_encoding",
         }
     }
 }
@@ -282,6 +284,23 @@ pub fn save_tuned_step(s: &Schema) -> String {
          VALUES ($1, $2, pg_catalog.now()) ON CONFLICT (biz_tag) DO UPDATE \
          SET tuned_step = EXCLUDED.tuned_step, update_time = pg_catalog.now()",
         s.table(Table::AllocTuning)
+    )
+}
+
+/// The encoding (fingerprint) tag $1 has issued under, kept when its row
+/// is deleted (catalog 0.5.0 on).
+pub fn alloc_encoding_of(s: &Schema) -> String {
+    format!(
+        "SELECT opaque_check FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) $1",
+        s.table(Table::AllocEncoding)
+    )
+}
+
+/// Record encoding $2 for tag $1 unless one is recorded.
+pub fn record_alloc_encoding(s: &Schema) -> String {
+    format!(
+        "INSERT INTO {} (biz_tag, opaque_check) VALUES ($1, $2) ON CONFLICT (biz_tag) DO NOTHING",
+        s.table(Table::AllocEncoding)
     )
 }
 

@@ -214,6 +214,11 @@ impl SegmentJobs {
                 ..*p
             });
         let reserved_end = sh.reserved_end(ctx.dboid, &tag);
+        // within the slot's epoch every segment has one encoding (a row
+        // deleted and inserted again with another domain in this server
+        // lifetime: the epoch's first IDs were issued under the old one).
+        // Only this worker sets it; the refill checks it before it writes.
+        let slot_encoding = slot.encoding.get();
         let mut tuning = false;
         let mut known_step = previous.map(|p| p.step);
         let kept = self.kept_reserve(ctx.dboid);
@@ -251,6 +256,7 @@ impl SegmentJobs {
                     previous,
                     tuned,
                     &kept,
+                    slot_encoding,
                 )?;
                 // remembered before the commit makes the range usable: if the
                 // commit fails the mark only leaves a gap
@@ -297,11 +303,7 @@ impl SegmentJobs {
             }
             Err(e) => Err(e),
         };
-        // within the slot's epoch every segment has one encoding (a row
-        // deleted and inserted again with another domain in this server
-        // lifetime: the epoch's first IDs were issued under the old one).
-        // Only this worker sets it.
-        let slot_encoding = slot.encoding.get();
+        // (again for a segment from the reserve, which has no transaction)
         let result = match result {
             Ok(r) if slot_encoding.is_some_and(|e| e != r.encoding) => Err(encoding_changed(&tag)),
             other => other,

@@ -60,6 +60,7 @@ pub(crate) fn reserve(
     previous: Option<PreviousRefill>,
     tuned: Option<i64>,
     kept: &Reserve,
+    slot_encoding: Option<Option<Domain>>,
 ) -> Result<Reserved, JobError> {
     Spi::connect_mut(|client| {
         // A write, not SELECT ... FOR UPDATE, locks the row: on a Citus
@@ -142,8 +143,53 @@ pub(crate) fn reserve(
             None => None,
         };
         let check = encoding.map_or(0, |d| d.fingerprint());
-        if recorded_check.is_some_and(|c| c != check) {
+        // Decided here, before anything is written: the encoding this
+        // server's slot issued under in this lifetime, the one the row
+        // recorded, and the one the tag ever issued under (kept when the
+        // row is deleted, and across restarts: `leaf_alloc_encoding`). A tag
+        // never issues under two encodings, whose IDs could be equal.
+        if slot_encoding.is_some_and(|e| e != encoding)
+            || recorded_check.is_some_and(|c| c != check)
+        {
             return Err(encoding_changed(tag));
+        }
+        if crate::runtime::transaction::catalog_has_encoding_history() {
+            let history = client
+                .select(&sql::alloc_encoding_of(schema), None, &[tag.into()])
+                .map_err(spi_err)?
+                .into_iter()
+                .next()
+                .map(|r| r.get::<i64>(1))
+                .transpose()
+                .map_err(spi_err)?
+                .flatten();
+            match history {
+                Some(h) if h != check => return Err(encoding_changed(tag)),
+                Some(_) => {}
+                None => {
+                    client
+                        .update(
+                            &sql::record_alloc_encoding(schema),
+                            None,
+                            &[tag.into(), check.into()],
+                        )
+                        .map_err(spi_err)?;
+                    // a concurrent first refill on another node may have
+                    // recorded another encoding first
+                    let now = client
+                        .select(&sql::alloc_encoding_of(schema), None, &[tag.into()])
+                        .map_err(spi_err)?
+                        .into_iter()
+                        .next()
+                        .map(|r| r.get::<i64>(1))
+                        .transpose()
+                        .map_err(spi_err)?
+                        .flatten();
+                    if now != Some(check) {
+                        return Err(encoding_changed(tag));
+                    }
+                }
+            }
         }
         // Only a role that may decode the domain made the tag use it at this
         // max_id (`leaf_opaque_grant`), or a refill of this tag wrote the

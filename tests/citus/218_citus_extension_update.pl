@@ -64,7 +64,8 @@ for my $from ('0.1.0', '0.2.0')
 			$n->name . ': the tags from before are recorded as plain');
 	}
 	# the documented step after the update: the domains become a reference table
-	$coord->safe_psql('postgres', q{SELECT create_reference_table('leaf_opaque_domain')});
+	$coord->safe_psql('postgres',
+		q{SELECT create_reference_table('leaf_opaque_domain'), create_reference_table('leaf_alloc_encoding')});
 	$coord->safe_psql('postgres', q{SELECT leaf_opaque_create('d');
 INSERT INTO leaf_alloc (biz_tag, step, opaque_domain, opaque_grant) VALUES ('o', 10, 'd', leaf_opaque_grant('d', 'o', 1))});
 	for my $n ($coord, @workers)

@@ -31,7 +31,7 @@ our @EXPORT = qw(
 # CREATE EXTENSION leaf_id: the two shared tables become reference tables
 # (a copy on every node, every write on all of them).
 use constant SHARE_TABLES_SQL =>
-  q{SELECT create_reference_table('leaf_opaque_domain'), create_reference_table('leaf_alloc'), create_reference_table('leaf_worker')};
+  q{SELECT create_reference_table('leaf_opaque_domain'), create_reference_table('leaf_alloc'), create_reference_table('leaf_alloc_encoding'), create_reference_table('leaf_worker')};
 
 # A started node with Citus and leaf_id preloaded, listening on 127.0.0.1
 # (besides its socket), CREATE EXTENSION citus done (Citus needs it on every
