@@ -401,9 +401,12 @@ BEGIN
         RAISE EXCEPTION 'an opaque domain name is 1 to 128 characters long; this one has %',
             pg_catalog.char_length(domain) USING ERRCODE = '22023';
     END IF;
-    IF width NOT BETWEEN 16 AND 63 THEN
-        RAISE EXCEPTION 'the width of an opaque domain is 16 to 63 bits; % was given', width
-            USING ERRCODE = '22023', HINT = '63 (the default) covers every non-negative bigint; 53 keeps IDs exact in JavaScript numbers.';
+    -- 20 bits at least: 2^20 is the first power of two above the 10^6
+    -- values NIST's revision of SP 800-38G asks of an FF1 domain; below it a
+    -- domain is a small codebook (docs/opaque-ids.md, "Widths")
+    IF width NOT BETWEEN 20 AND 63 THEN
+        RAISE EXCEPTION 'the width of an opaque domain is 20 to 63 bits; % was given', width
+            USING ERRCODE = '22023', HINT = '63 (the default) covers every non-negative bigint; 53 keeps IDs exact in JavaScript numbers; below 20 bits a guess hits an issued ID too often.';
     END IF;
     BEGIN
         INSERT INTO @extschema@.leaf_opaque_domain (name, bits, key)
@@ -487,7 +490,7 @@ END;
 COMMENT ON VIEW leaf_opaque_domains IS
   'Opaque domains: name, width, creation time and the tags that use each; never the key.';
 COMMENT ON FUNCTION leaf_opaque_create(text, integer) IS
-  'Creates an opaque domain: a fresh 128-bit key from pg_strong_random and a width of 16 to 63 bits (default 63). Superusers only.';
+  'Creates an opaque domain: a fresh 128-bit key from pg_strong_random and a width of 20 to 63 bits (default 63). Superusers only.';
 COMMENT ON FUNCTION leaf_opaque_drop(text) IS
   'Drops an opaque domain that no tag uses (its key is gone for good: IDs issued through it can no longer be decoded). Superusers only.';
 COMMENT ON FUNCTION leaf_opaque_encode(text, bigint) IS

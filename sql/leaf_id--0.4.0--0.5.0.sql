@@ -461,9 +461,12 @@ BEGIN
         RAISE EXCEPTION 'an opaque domain name is 1 to 128 characters long; this one has %',
             pg_catalog.char_length(domain) USING ERRCODE = '22023';
     END IF;
-    IF width NOT BETWEEN 16 AND 63 THEN
-        RAISE EXCEPTION 'the width of an opaque domain is 16 to 63 bits; % was given', width
-            USING ERRCODE = '22023', HINT = '63 (the default) covers every non-negative bigint; 53 keeps IDs exact in JavaScript numbers.';
+    -- 20 bits at least: 2^20 is the first power of two above the 10^6
+    -- values NIST's revision of SP 800-38G asks of an FF1 domain; below it a
+    -- domain is a small codebook (docs/opaque-ids.md, "Widths")
+    IF width NOT BETWEEN 20 AND 63 THEN
+        RAISE EXCEPTION 'the width of an opaque domain is 20 to 63 bits; % was given', width
+            USING ERRCODE = '22023', HINT = '63 (the default) covers every non-negative bigint; 53 keeps IDs exact in JavaScript numbers; below 20 bits a guess hits an issued ID too often.';
     END IF;
     BEGIN
         INSERT INTO @extschema@.leaf_opaque_domain (name, bits, key)
@@ -538,6 +541,8 @@ BEGIN ATOMIC
       LEFT JOIN @extschema@.leaf_opaque_domain d ON d.name OPERATOR(pg_catalog.=) $1;
 END;
 
+COMMENT ON FUNCTION leaf_opaque_create(text, integer) IS
+  'Creates an opaque domain: a fresh 128-bit key from pg_strong_random and a width of 20 to 63 bits (default 63). Superusers only.';
 COMMENT ON FUNCTION leaf_id_opaque_permute(integer, bytea, bigint, boolean) IS
   'Internal: the permutation (or its inverse) of a value under a width and key.';
 COMMENT ON FUNCTION leaf_id_opaque_code(text, text, bigint, boolean, integer, bytea) IS

@@ -4,7 +4,8 @@
 -- domains: a width (default 63) and a secret key, never shown
 SELECT leaf_opaque_create('regress_63');
 SELECT leaf_opaque_create('regress_53', bits => 53);
-SELECT leaf_opaque_create('regress_16', 16);
+-- (a 16-bit domain as 0.4.0 made them: leaf_opaque_create makes 20 bits and up)
+INSERT INTO leaf_opaque_domain (name, bits, key) VALUES ('regress_16', 16, leaf_id_random_key());
 SELECT name, bits, created <= now() AS created, tags FROM leaf_opaque_domains ORDER BY name;
 SELECT bits, octet_length(key) AS key_bytes FROM leaf_opaque_domain ORDER BY name;
 SELECT count(DISTINCT key) AS distinct_keys FROM leaf_opaque_domain;
@@ -14,6 +15,9 @@ SELECT attname FROM pg_attribute
 -- bad input
 SELECT regress_sqlstate($$SELECT leaf_opaque_create('regress_63')$$) AS duplicate;
 SELECT regress_sqlstate($$SELECT leaf_opaque_create('w15', 15)$$) AS width_15;
+SELECT regress_sqlstate($$SELECT leaf_opaque_create('w16', 16)$$) AS width_16;
+SELECT regress_sqlstate($$SELECT leaf_opaque_create('w19', 19)$$) AS width_19;
+SELECT leaf_opaque_create('w20', 20), leaf_opaque_drop('w20');
 SELECT regress_sqlstate($$SELECT leaf_opaque_create('w64', 64)$$) AS width_64;
 SELECT regress_sqlstate($$SELECT leaf_opaque_create(NULL)$$) AS null_name;
 SELECT regress_sqlstate($$SELECT leaf_opaque_create('w', NULL)$$) AS null_width;
@@ -75,9 +79,23 @@ SELECT regress_sqlstate($$SELECT leaf_opaque_drop('regress_53')$$) AS drop_used;
 SELECT leaf_opaque_drop('regress_16');
 SELECT regress_sqlstate($$SELECT leaf_opaque_drop('regress_16')$$) AS drop_unknown;
 -- a counter beyond the domain: 2200H
-SELECT leaf_opaque_create('regress_small', 16);
+INSERT INTO leaf_opaque_domain (name, bits, key) VALUES ('regress_small', 16, leaf_id_random_key());
 INSERT INTO leaf_alloc (biz_tag, step, max_id, opaque_domain, opaque_grant) VALUES ('regress_full', 10, 65530, 'regress_small', leaf_opaque_grant('regress_small', 'regress_full', 65530));
 SELECT regress_sqlstate($$SELECT count(leaf_segment_next('regress_full')) FROM generate_series(1, 7)$$) AS past_the_end;
+-- an opaque tag's segment is at most 1/64 of its domain (a restart throws up
+-- to two away): a step of 100000 in a 20-bit domain reserves 16384
+SELECT leaf_opaque_create('regress_20', 20);
+INSERT INTO leaf_alloc (biz_tag, step, opaque_domain, opaque_grant)
+VALUES ('regress_capped', 100000, 'regress_20', leaf_opaque_grant('regress_20', 'regress_capped', 1));
+SELECT leaf_segment_next('regress_capped') >= 0 AS drawn;
+SELECT greatest(buffer0_end - buffer0_start, buffer1_end - buffer1_start) AS longest_segment
+  FROM leaf_segment_status WHERE tag = 'regress_capped';
+
+-- known answers through SQL (src/segment/opaque.rs has them for five widths):
+-- key 00 01 .. 0f, 53 bits
+INSERT INTO leaf_opaque_domain (name, bits, key) VALUES ('regress_kat', 53, '\x000102030405060708090a0b0c0d0e0f');
+SELECT leaf_opaque_encode('regress_kat', 1000) AS kat_encode,
+       leaf_opaque_decode('regress_kat', 8985185304152460) AS kat_decode;
 
 -- a snowflake ID through a 63-bit domain: unique, unordered, and back (docs/opaque-ids.md)
 SELECT leaf_opaque_create('regress_sf', 63);

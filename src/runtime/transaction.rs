@@ -102,9 +102,15 @@ pub const FORCED_SETTINGS: &[(&CStr, &CStr)] = &[
     // role would skip them silently)
     (c"session_replication_role", c"origin"),
     (c"row_security", c"on"),
+    // every timeout a database or role setting could make end the
+    // worker's statements, transactions or session (a database owner may
+    // ALTER DATABASE ... SET any of them): its own lock timeout, the rest off
+    // (transaction_timeout, PostgreSQL 17 on, in OPTIONAL_FORCED_SETTINGS)
     (c"lock_timeout", c"5s"),
     (c"statement_timeout", c"0"),
     (c"idle_in_transaction_session_timeout", c"0"),
+    (c"idle_session_timeout", c"0"),
+    (c"client_connection_check_interval", c"0"),
     (c"standard_conforming_strings", c"on"),
     // an error the worker catches must stay an error (any role may set
     // exit_on_error for the database, and FATAL would end the worker)
@@ -112,11 +118,24 @@ pub const FORCED_SETTINGS: &[(&CStr, &CStr)] = &[
     (c"application_name", c"leaf_id worker"),
 ];
 
-/// Force `FORCED_SETTINGS` for the rest of the worker's life, and, where
-/// Citus is loaded, `bound_citus_waits`.
+/// Forced as `FORCED_SETTINGS` where the server has them.
+pub const OPTIONAL_FORCED_SETTINGS: &[(&CStr, &CStr)] = &[
+    // PostgreSQL 17 on: 1 ms for the database made every job end in FATAL,
+    // and the worker restart in a loop
+    (c"transaction_timeout", c"0"),
+];
+
+/// Force `FORCED_SETTINGS` (and those of `OPTIONAL_FORCED_SETTINGS` this
+/// server has) for the rest of the worker's life, and, where Citus is
+/// loaded, `bound_citus_waits`.
 pub fn harden_session() {
     for (name, value) in FORCED_SETTINGS {
         force(name, value);
+    }
+    for (name, value) in OPTIONAL_FORCED_SETTINGS {
+        if setting_defined(name) {
+            force(name, value);
+        }
     }
     bound_citus_waits();
 }

@@ -80,24 +80,8 @@ fn leaf_opaque_grant(domain: Option<&str>, tag: Option<&str>, max_id: Option<i64
             None,
         );
     };
-    // (catalog queries only, bound by the extension's namespace OID)
-    let (may_decode, owner) = Spi::get_two::<bool, pg_sys::Oid>(
-        "SELECT pg_catalog.has_function_privilege(p.oid, 'EXECUTE'), e.extowner \
-         FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_proc p \
-         ON p.pronamespace OPERATOR(pg_catalog.=) e.extnamespace \
-         WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id' \
-         AND p.proname OPERATOR(pg_catalog.=) 'leaf_opaque_decode' \
-         AND p.proargtypes OPERATOR(pg_catalog.=) '25 20'::pg_catalog.oidvector",
-    )
-    .unwrap_or((None, None));
-    let (Some(may_decode), Some(owner)) = (may_decode, owner) else {
-        raise(
-            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            "leaf_opaque_grant: leaf_id's leaf_opaque_decode(text, bigint) is not in the extension's schema",
-            None,
-        );
-    };
-    if !(may_decode || unsafe { pg_sys::superuser() }) {
+    let (may_decode, owner) = decode_privilege();
+    if !may_decode {
         raise(
             PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
             "permission denied for function leaf_opaque_grant",
@@ -139,6 +123,30 @@ fn leaf_opaque_grant(domain: Option<&str>, tag: Option<&str>, max_id: Option<i64
     d.grant(tag, max_id)
 }
 
+/// May the current user decode opaque IDs (EXECUTE on leaf_id's
+/// `leaf_opaque_decode(text, bigint)`, found by the extension's namespace
+/// OID)? And the extension's owner. (Superusers pass any privilege check.)
+pub(crate) fn decode_privilege() -> (bool, pg_sys::Oid) {
+    // (catalog queries only, bound by the extension's namespace OID)
+    let (may_decode, owner) = Spi::get_two::<bool, pg_sys::Oid>(
+        "SELECT pg_catalog.has_function_privilege(p.oid, 'EXECUTE'), e.extowner \
+         FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_proc p \
+         ON p.pronamespace OPERATOR(pg_catalog.=) e.extnamespace \
+         WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id' \
+         AND p.proname OPERATOR(pg_catalog.=) 'leaf_opaque_decode' \
+         AND p.proargtypes OPERATOR(pg_catalog.=) '25 20'::pg_catalog.oidvector",
+    )
+    .unwrap_or((None, None));
+    let (Some(may_decode), Some(owner)) = (may_decode, owner) else {
+        raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "leaf_id's leaf_opaque_decode(text, bigint) is not in the extension's schema",
+            None,
+        );
+    };
+    (may_decode || unsafe { pg_sys::superuser() }, owner)
+}
+
 fn permute(bits: i32, key: &[u8], value: i64, inverse: bool) -> i64 {
     let domain = domain_of(bits, key);
     let permuted = if inverse {
@@ -164,7 +172,9 @@ fn domain_of(bits: i32, key: &[u8]) -> Domain {
     Domain::new(bits.into(), key).unwrap_or_else(|e| match e {
         DomainError::Width(w) => raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("the width of an opaque domain is 16 to 63 bits; it is {w}"),
+            format!(
+                "the width of an opaque domain is 16 to 63 bits (20 and up for new ones); it is {w}"
+            ),
             None,
         ),
         // (never the key itself)

@@ -226,7 +226,11 @@ pub(crate) fn reserve(
                 },
             ));
         }
-        let len = step.min(MAX_SEGMENT_LEN).min(room);
+        // an opaque tag's segment is a small share of a narrow domain
+        let len = step
+            .min(MAX_SEGMENT_LEN)
+            .min(room)
+            .min(encoding.map_or(i64::MAX, |d| d.max_segment()));
         // on Citus, top this server's reserve up to leaf_id.citus_reserve
         // segments of this step, in the same reservation
         let citus_oid = if !crate::runtime::transaction::catalog_is_legacy()

@@ -356,17 +356,17 @@ fn leaf_segment_status() -> TableIterator<
         name!(tag, String),
         name!(status, String),
         name!(current_buffer, i32),
-        name!(buffer0_start, i64),
-        name!(buffer0_next, i64),
-        name!(buffer0_end, i64),
-        name!(buffer1_start, i64),
-        name!(buffer1_next, i64),
-        name!(buffer1_end, i64),
+        name!(buffer0_start, Option<i64>),
+        name!(buffer0_next, Option<i64>),
+        name!(buffer0_end, Option<i64>),
+        name!(buffer1_start, Option<i64>),
+        name!(buffer1_next, Option<i64>),
+        name!(buffer1_end, Option<i64>),
         name!(next_ready, bool),
         name!(refill_in_flight, bool),
         name!(dynamic_step, i64),
         name!(table_step, i64),
-        name!(refills, i64),
+        name!(refills, Option<i64>),
         name!(waits, i64),
         name!(last_refill, Option<TimestampWithTimeZone>),
         name!(opaque_bits, Option<i32>),
@@ -374,6 +374,9 @@ fn leaf_segment_status() -> TableIterator<
 > {
     let sh = crate::runtime::backend::shared_or_raise();
     let dboid = backend::my_dboid();
+    // an opaque tag's counters (its segments' bounds, its refills) are the
+    // count that decoding reveals: NULL for a role that may not decode
+    let may_decode = crate::segment::opaque_sql::decode_privilege().0;
     let mut rows = Vec::new();
     for i in 0..sh.n_tags() {
         let slot = sh.tag(i);
@@ -385,21 +388,23 @@ fn leaf_segment_status() -> TableIterator<
             continue;
         }
         let (b0, b1) = (slot.pair.view(0), slot.pair.view(1));
+        let shown = may_decode || slot.encoding.domain().is_none();
+        let counter = |v: i64| shown.then_some(v);
         rows.push((
             slot.tag(),
             slot.status().name().to_string(),
             slot.pair.current_index() as i32,
-            b0.start,
-            b0.next,
-            b0.end,
-            b1.start,
-            b1.next,
-            b1.end,
+            counter(b0.start),
+            counter(b0.next),
+            counter(b0.end),
+            counter(b1.start),
+            counter(b1.next),
+            counter(b1.end),
             slot.pair.next_ready(),
             slot.refill_in_flight.load(SeqCst),
             slot.dynamic_step.load(SeqCst),
             slot.table_step.load(SeqCst),
-            slot.refills.load(SeqCst) as i64,
+            counter(slot.refills.load(SeqCst) as i64),
             slot.waits.load(SeqCst) as i64,
             tstz_from_unix_us(slot.last_refill_us.load(SeqCst)),
             // NULL: plain IDs, or no refill yet

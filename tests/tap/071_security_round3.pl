@@ -1,4 +1,4 @@
-# Security, hardening round 3 (issue 27, items 1 to 3).
+# Security, hardening round 3 (issue 27, items 1 to 3 and 9).
 #  1. A database owner (mallory, not a superuser) renames the schema leaf_id
 #     lives in (public belongs to pg_database_owner), makes a new public and
 #     plants look-alikes of every table and function of leaf_id in it, each
@@ -16,6 +16,8 @@
 #     grant, and the victim's own max_id moved back (across a restart) are
 #     all refused with 42501, and no ID is issued twice. A role that may
 #     decode can grant.
+#  9. leaf_segment_status hides an opaque tag's counters from a pg_monitor
+#     member who may not decode.
 #  3. Under hostile ALTER DEFAULT PRIVILEGES (to a role r, to pg_monitor,
 #     and EXECUTE taken from PUBLIC), a fresh install and every update path
 #     end with the same full ACLs as a fresh install without them: r and
@@ -228,6 +230,23 @@ $node->safe_psql('postgres', q{UPDATE leaf_alloc SET max_id = 100000, opaque_gra
 my @after = split /\n/, $node->safe_psql('postgres', q{SELECT leaf_segment_next('order') FROM generate_series(1, 500)});
 my %seen = map { $_ => 1 } @victim;
 is(scalar(grep { $seen{$_} } @after), 0, 'no ID of the victim\'s tag was issued twice');
+
+# --- 9. the counters of opaque tags are hidden from monitoring without decode ---
+$node->safe_psql('postgres', q{
+CREATE ROLE watcher LOGIN IN ROLE pg_monitor;
+GRANT pg_monitor TO decoder;
+INSERT INTO leaf_alloc (biz_tag, step) VALUES ('plainx', 10);
+SELECT leaf_segment_next('plainx'), leaf_segment_next('order');
+});
+my $hidden = q{SELECT string_agg(tag || ':' || (buffer0_start IS NULL AND buffer0_next IS NULL AND buffer0_end IS NULL
+  AND buffer1_start IS NULL AND buffer1_next IS NULL AND buffer1_end IS NULL AND refills IS NULL)::text
+  || ':' || (opaque_bits IS NOT NULL)::text, ',' ORDER BY tag)
+  FROM leaf_segment_status WHERE tag IN ('order', 'plainx')};
+$r = try_sql($node, 'postgres', "SET ROLE watcher; $hidden");
+is($r->{out}, 'order:true:true,plainx:false:false',
+	'pg_monitor without decode: an opaque tag\'s segments and refills are NULL, a plain tag\'s shown') or diag $r->{err};
+$r = try_sql($node, 'postgres', "SET ROLE decoder; $hidden");
+is($r->{out}, 'order:false:true,plainx:false:false', 'pg_monitor with decode: both shown') or diag $r->{err};
 
 # --- 3. privileges on every path under hostile default privileges --------------
 $node->safe_psql('postgres', 'CREATE ROLE r');

@@ -26,7 +26,9 @@ use SegmentTap;
 
 my $node = leaf_node('history', "leaf_id.tag_resync_interval = 1\n");
 $node->safe_psql('postgres', q{
-SELECT leaf_opaque_create('d16', 16), leaf_opaque_create('d20', 20);
+-- (a 16-bit domain as 0.4.0 made them, as in the reproduction)
+INSERT INTO leaf_opaque_domain (name, bits, key) VALUES ('d16', 16, leaf_id_random_key());
+SELECT leaf_opaque_create('d20', 20);
 CREATE TABLE ids (tag text, id bigint);
 });
 my %drawn;

@@ -1,0 +1,60 @@
+# A database owner cannot stop leaf_id in her database with a timeout
+# (issue 27, item 5). olga owns database od, where a superuser installed
+# leaf_id; she sets each timeout a database setting can give the workers'
+# sessions to 1 ms (ALTER DATABASE od SET ...; transaction_timeout on
+# PostgreSQL 17 and later), and the workers start again under it. Both modes
+# must go on (a new tag's refills, snowflake IDs), the workers must not die
+# in a loop (the same processes two seconds later) and the log must hold no
+# FATAL of theirs. (Her own sessions are subject to her setting: the client
+# here overrides it with PGOPTIONS, as an application would.)
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use SegmentTap;
+
+my $node = leaf_node('timeouts', "leaf_id.tag_resync_interval = 1\n");
+$node->safe_psql('postgres', q{
+CREATE ROLE olga LOGIN;
+CREATE DATABASE od OWNER olga;
+});
+$node->safe_psql('od', 'CREATE EXTENSION leaf_id');
+my @settings = qw(statement_timeout lock_timeout idle_in_transaction_session_timeout idle_session_timeout);
+push @settings, 'transaction_timeout'
+  if $node->safe_psql('postgres', 'SHOW server_version_num') >= 170000;
+local $ENV{PGOPTIONS} = join ' ', map { "-c $_=0" } @settings;
+my $workers = q{SELECT string_agg(pid::text, ',' ORDER BY pid) FROM pg_stat_activity
+  WHERE datname = 'od' AND backend_type IN ('leaf_id segment worker', 'leaf_id snowflake worker')};
+
+my $round = 0;
+for my $setting (@settings)
+{
+	$round++;
+	my $r = try_sql($node, 'od', "SET ROLE olga; ALTER DATABASE od SET $setting = '1ms'");
+	is($r->{ret}, 0, "$setting: the database owner sets it to 1 ms for od") or diag $r->{err};
+	my $offset = -s $node->logfile;
+	# the workers start again, under the database's setting
+	$node->safe_psql('od', "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+	  WHERE datname = 'od' AND backend_type LIKE 'leaf_id % worker'");
+	$node->safe_psql('od', "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('t$round', 10)");
+	$r = try_sql($node, 'od', "SELECT count(DISTINCT leaf_segment_next('t$round')) FROM generate_series(1, 300);
+	  SELECT count(DISTINCT leaf_snowflake_next()) FROM generate_series(1, 300)", timeout => 60);
+	is($r->{out}, "300\n300", "$setting = 1ms: segment refills and snowflake IDs go on") or diag $r->{err};
+	my $before = $node->safe_psql('od', $workers);
+	sleep 2;
+	$r = try_sql($node, 'od', "SELECT count(DISTINCT leaf_segment_next('t$round')) FROM generate_series(1, 100)");
+	is($r->{out}, '100', "$setting = 1ms: still, two seconds later") or diag $r->{err};
+	my $after = $node->safe_psql('od', $workers);
+	ok($before ne '' && $before eq $after, "$setting = 1ms: the same worker processes ($before, then $after)");
+	my $log = slurp_file($node->logfile, $offset);
+	# (the terminate above ends the old workers with a FATAL of its own)
+	my @fatal = grep { /FATAL/ && !/due to administrator command/ } split /\n/, $log;
+	is(scalar(@fatal), 0, "$setting = 1ms: no FATAL in the log") or diag join "\n", @fatal;
+	$node->safe_psql('od', "SET ROLE olga; ALTER DATABASE od RESET $setting");
+}
+
+$node->stop;
+done_testing();
