@@ -408,6 +408,14 @@ BEGIN
         RAISE EXCEPTION 'the width of an opaque domain is 20 to 63 bits; % was given', width
             USING ERRCODE = '22023', HINT = '63 (the default) covers every non-negative bigint; 53 keeps IDs exact in JavaScript numbers; below 20 bits a guess hits an issued ID too often.';
     END IF;
+    -- On Citus the key goes to every node as a literal of this INSERT: it
+    -- must not reach a log from here (a database owner may ALTER DATABASE ...
+    -- SET citus.log_remote_commands, a user setting). (Confined to this call
+    -- by the SET clause above.)
+    IF pg_catalog.current_setting('citus.log_remote_commands', true) IS NOT NULL THEN
+        PERFORM pg_catalog.set_config('citus.log_remote_commands', 'off', true),
+                pg_catalog.set_config('citus.log_local_commands', 'off', true);
+    END IF;
     BEGIN
         INSERT INTO @extschema@.leaf_opaque_domain (name, bits, key)
         VALUES (domain, width, @extschema@.leaf_id_random_key());

@@ -17,6 +17,35 @@ use CitusTap;
 my ($coord, @workers) = citus_cluster();
 my @nodes = ($coord, @workers);
 
+# The key travels to the other nodes as a literal of leaf_opaque_create's
+# INSERT: with citus.log_remote_commands and log_local_commands on (user
+# settings: a database owner may set them for her database), none of it
+# reaches the notices or the log. (Premise: the settings show a reference
+# table's INSERT with its literal.)
+$coord->safe_psql('postgres', 'CREATE TABLE leak_premise (v text); SELECT create_reference_table($$leak_premise$$)');
+my $log_offset = -s $coord->logfile;
+my ($ret, $out, $err) = $coord->psql('postgres', q{
+SET citus.log_remote_commands = on; SET citus.log_local_commands = on;
+SET log_min_messages = notice;
+INSERT INTO leak_premise VALUES ('premise_literal_4711');
+SELECT leaf_opaque_create('logged_domain', bits => 53);
+});
+is($ret, 0, 'leaf_opaque_create with Citus\' command logging on') or diag $err;
+like($err, qr/premise_literal_4711/, 'premise: the logging shows a reference table INSERT\'s literal');
+my $key = $coord->safe_psql('postgres', q{SELECT encode(key, 'hex') FROM leaf_opaque_domain WHERE name = 'logged_domain'});
+is(length($key), 32, 'premise: the new key (hex)');
+my $server_log = slurp_file($coord->logfile, $log_offset);
+ok($err !~ /\Q$key\E/i && $err !~ /\Q@{[substr($key, 0, 16)]}\E/i && $err !~ /\Q@{[substr($key, 16)]}\E/i,
+	'no part of the key in the notices') or diag $err;
+ok($server_log !~ /\Q@{[substr($key, 0, 16)]}\E/i && $server_log !~ /\Q@{[substr($key, 16)]}\E/i,
+	'no part of the key in the coordinator\'s log');
+for my $w (@workers)
+{
+	my $wlog = slurp_file($w->logfile);
+	ok($wlog !~ /\Q@{[substr($key, 0, 16)]}\E/i && $wlog !~ /\Q@{[substr($key, 16)]}\E/i,
+		'no part of the key in the log of ' . $w->name);
+}
+
 is($coord->safe_psql('postgres', q{SELECT leaf_opaque_create('shared_domain', bits => 53)}),
 	'shared_domain', 'a domain created on the coordinator');
 is( $coord->safe_psql(
