@@ -114,6 +114,9 @@ for my $s (@survivors)
 my $c = summary($copy, 'copy_dead', $t_kill, $t_after);
 note sprintf('the copy with worker2 dead: %d IDs, %d refusals; %s', $c->{ok}, $c->{errors}, $c->{states});
 is($c->{ok}, 0, "the copy issues no segment ID from worker1's reserve (another owner token)");
+cmp_ok($c->{errors}, '>', 0, 'the copy was refused (it drew)');
+my @copy_other = grep { !/^08006 / } split / \| /, $c->{states};
+is(scalar @copy_other, 0, 'every refusal of the copy is 08006') or diag explain \@copy_other;
 cmp_ok($c->{errors}, '>', 0, '... its calls are refused');
 my @copy_ids = split /\n/,
   $copy->safe_psql('postgres', q{SELECT id FROM drawlog WHERE session = 'copy_dead' AND id IS NOT NULL});

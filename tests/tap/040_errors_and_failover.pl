@@ -11,7 +11,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use lib $ENV{LEAF_ID_TAP_ROOT} . '/tests/tap';
 use SegmentTap;
-use Time::HiRes qw(usleep);
+use Time::HiRes qw(usleep time);
 
 # --- not preloaded
 {
@@ -86,9 +86,13 @@ lc_messages = 'C'
 		"INSERT INTO leaf_alloc (biz_tag, step) VALUES ('locked', 10)");
 	my $holder = $node->background_psql('postgres');
 	$holder->query_safe("BEGIN; SELECT * FROM leaf_alloc WHERE biz_tag = 'locked' FOR UPDATE;");
+	my $t0 = time;
 	my $r = try_sql($node, 'postgres',
 		"SET leaf_id.refill_timeout = '1s'; SELECT leaf_segment_next('locked');");
+	my $waited = time - $t0;
 	is($r->{sqlstate}, '55P03', 'refill not in time: 55P03');
+	ok($waited >= 0.9 && $waited < 5,
+		sprintf('the call waited about leaf_id.refill_timeout (1 s): %.2f s', $waited));
 	like($r->{err}, qr/timed out waiting for a refill of leaf_id tag "locked"/, 'message names the tag');
 	$holder->query_safe('ROLLBACK');
 	$holder->quit;
