@@ -4,6 +4,23 @@
 -- tests/citus/218_citus_extension_update.pl runs it).
 \echo Use "ALTER EXTENSION leaf_id UPDATE TO '0.3.0'" to load this file. \quit
 
+-- The extension's schema keeps its name until the update ends (its
+-- pg_namespace row is locked): a non-superuser who owns it (public belongs to
+-- the database owner) cannot rename it and put look-alikes under its name
+-- while the names below are resolved.
+DO $leaf_id_pin$
+BEGIN
+    PERFORM 1 FROM pg_catalog.pg_namespace n
+      JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) n.oid
+     WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'
+       AND pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.=) '@extschema@'
+       FOR SHARE OF n;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'the schema of leaf_id was renamed while ALTER EXTENSION ran' USING ERRCODE = '55000';
+    END IF;
+END
+$leaf_id_pin$;
+
 -- On Citus, leaf_worker is a reference table, and Citus would send this DDL
 -- to the other nodes with the whole script as its text, which they refuse
 -- ("cannot insert multiple commands into a prepared statement"). Citus runs
@@ -32,7 +49,9 @@ BEGIN
     PERFORM pg_catalog.set_config('citus.enable_manual_changes_to_shards', 'on', true),
             pg_catalog.set_config('citus.override_table_visibility', 'off', true);
     FOR shard IN
-        SELECT n.nspname, c.relname
+        SELECT n.nspname, c.relname, c.oid AS reloid,
+                 c.relkind = 'r' AND c.relowner = e.extowner AND NOT c.relhastriggers
+                 AND NOT c.relhasrules AND NOT c.relrowsecurity AS plain
           FROM pg_catalog.pg_dist_shard s
           JOIN pg_catalog.pg_extension e ON e.extname = 'leaf_id'
           JOIN pg_catalog.pg_class c
@@ -42,6 +61,18 @@ BEGIN
          WHERE s.logicalrelid = (SELECT t.oid FROM pg_catalog.pg_class t
                                   WHERE t.relname = 'leaf_worker' AND t.relnamespace = e.extnamespace)
     LOOP
+        -- this node's copy, found by name (the schema's owner may drop a shard
+        -- and make a look-alike with a trigger, which this update would fire
+        -- as a superuser): the extension owner's plain table without
+        -- triggers, rules or row security, locked under its name
+        IF NOT shard.plain THEN
+            RAISE EXCEPTION 'leaf_id: %.% is not the extension owner''s plain table without triggers, rules or row security',
+                shard.nspname, shard.relname USING ERRCODE = '42501';
+        END IF;
+        EXECUTE pg_catalog.format('LOCK TABLE %I.%I IN ACCESS EXCLUSIVE MODE', shard.nspname, shard.relname);
+        IF pg_catalog.to_regclass(pg_catalog.format('%I.%I', shard.nspname, shard.relname)) IS DISTINCT FROM shard.reloid THEN
+            RAISE EXCEPTION 'leaf_id: %.% changed while the update ran', shard.nspname, shard.relname USING ERRCODE = '55000';
+        END IF;
         EXECUTE pg_catalog.format('ALTER TABLE %I.%I ADD COLUMN copies bigint[], ADD COLUMN holder_copy bigint',
                                   shard.nspname, shard.relname);
     END LOOP;

@@ -4,6 +4,23 @@
 -- tests/citus/218_citus_extension_update.pl runs it).
 \echo Use "ALTER EXTENSION leaf_id UPDATE TO '0.4.0'" to load this file. \quit
 
+-- The extension's schema keeps its name until the update ends (its
+-- pg_namespace row is locked): a non-superuser who owns it (public belongs to
+-- the database owner) cannot rename it and put look-alikes under its name
+-- while the names below are resolved.
+DO $leaf_id_pin$
+BEGIN
+    PERFORM 1 FROM pg_catalog.pg_namespace n
+      JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) n.oid
+     WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'
+       AND pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.=) '@extschema@'
+       FOR SHARE OF n;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'the schema of leaf_id was renamed while ALTER EXTENSION ran' USING ERRCODE = '55000';
+    END IF;
+END
+$leaf_id_pin$;
+
 -- On Citus (see leaf_id--0.2.0--0.3.0.sql): each node alters its own table
 -- and its own shard, with Citus' DDL propagation off for the script.
 SELECT pg_catalog.set_config('leaf_id_update.ddl_propagation',
@@ -41,7 +58,9 @@ BEGIN
     PERFORM pg_catalog.set_config('citus.enable_manual_changes_to_shards', 'on', true),
             pg_catalog.set_config('citus.override_table_visibility', 'off', true);
     FOR shard IN
-        SELECT n.nspname, c.relname
+        SELECT n.nspname, c.relname, c.oid AS reloid,
+                 c.relkind = 'r' AND c.relowner = e.extowner AND NOT c.relhastriggers
+                 AND NOT c.relhasrules AND NOT c.relrowsecurity AS plain
           FROM pg_catalog.pg_dist_shard s
           JOIN pg_catalog.pg_extension e ON e.extname = 'leaf_id'
           JOIN pg_catalog.pg_class c
@@ -51,6 +70,18 @@ BEGIN
          WHERE s.logicalrelid = (SELECT t.oid FROM pg_catalog.pg_class t
                                   WHERE t.relname = 'leaf_alloc' AND t.relnamespace = e.extnamespace)
     LOOP
+        -- this node's copy, found by name (the schema's owner may drop a shard
+        -- and make a look-alike with a trigger, which this update would fire
+        -- as a superuser): the extension owner's plain table without
+        -- triggers, rules or row security, locked under its name
+        IF NOT shard.plain THEN
+            RAISE EXCEPTION 'leaf_id: %.% is not the extension owner''s plain table without triggers, rules or row security',
+                shard.nspname, shard.relname USING ERRCODE = '42501';
+        END IF;
+        EXECUTE pg_catalog.format('LOCK TABLE %I.%I IN ACCESS EXCLUSIVE MODE', shard.nspname, shard.relname);
+        IF pg_catalog.to_regclass(pg_catalog.format('%I.%I', shard.nspname, shard.relname)) IS DISTINCT FROM shard.reloid THEN
+            RAISE EXCEPTION 'leaf_id: %.% changed while the update ran', shard.nspname, shard.relname USING ERRCODE = '55000';
+        END IF;
         EXECUTE pg_catalog.format('ALTER TABLE %I.%I ADD COLUMN opaque_domain text, ADD COLUMN opaque_check bigint',
                                   shard.nspname, shard.relname);
         EXECUTE pg_catalog.format('UPDATE %I.%I SET opaque_check = 0', shard.nspname, shard.relname);

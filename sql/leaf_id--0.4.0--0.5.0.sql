@@ -107,7 +107,9 @@ BEGIN
     PERFORM pg_catalog.set_config('citus.enable_manual_changes_to_shards', 'on', true),
             pg_catalog.set_config('citus.override_table_visibility', 'off', true);
     FOR shard IN
-        SELECT n.nspname, c.relname
+        SELECT n.nspname, c.relname, c.oid AS reloid,
+                 c.relkind = 'r' AND c.relowner = e.extowner AND NOT c.relhastriggers
+                 AND NOT c.relhasrules AND NOT c.relrowsecurity AS plain
           FROM pg_catalog.pg_dist_shard s
           JOIN pg_catalog.pg_extension e ON e.extname = 'leaf_id'
           JOIN pg_catalog.pg_class c
@@ -117,6 +119,18 @@ BEGIN
          WHERE s.logicalrelid = (SELECT t.oid FROM pg_catalog.pg_class t
                                   WHERE t.relname = 'leaf_alloc' AND t.relnamespace = e.extnamespace)
     LOOP
+        -- this node's copy, found by name (the schema's owner may drop a shard
+        -- and make a look-alike with a trigger, which this update would fire
+        -- as a superuser): the extension owner's plain table without
+        -- triggers, rules or row security, locked under its name
+        IF NOT shard.plain THEN
+            RAISE EXCEPTION 'leaf_id: %.% is not the extension owner''s plain table without triggers, rules or row security',
+                shard.nspname, shard.relname USING ERRCODE = '42501';
+        END IF;
+        EXECUTE pg_catalog.format('LOCK TABLE %I.%I IN ACCESS EXCLUSIVE MODE', shard.nspname, shard.relname);
+        IF pg_catalog.to_regclass(pg_catalog.format('%I.%I', shard.nspname, shard.relname)) IS DISTINCT FROM shard.reloid THEN
+            RAISE EXCEPTION 'leaf_id: %.% changed while the update ran', shard.nspname, shard.relname USING ERRCODE = '55000';
+        END IF;
         EXECUTE pg_catalog.format('ALTER TABLE %I.%I ADD COLUMN opaque_grant bigint', shard.nspname, shard.relname);
         EXECUTE pg_catalog.format(
             'UPDATE %I.%I a SET opaque_grant = %I.leaf_opaque_grant(a.opaque_domain, a.biz_tag, a.max_id) '

@@ -12,6 +12,7 @@
 use crate::runtime::job::{JobError, spi_err};
 use crate::runtime::worker_sql::{self as sql, Schema, Shard, Table};
 use crate::snowflake::quorum;
+use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
@@ -128,6 +129,10 @@ fn placements(
         }
         shard.get_or_insert(id);
     }
+    // this node's copy is found by name: it must be the extension's
+    if let (Some(id), Some(_)) = (shard, own_group) {
+        verify_own_shard(client, schema, table, id)?;
+    }
     // no placement at all: not a Citus table
     Ok(shard.map(|id| {
         (
@@ -143,6 +148,59 @@ fn placements(
             own_group.is_some(),
         )
     }))
+}
+
+/// This node's copy of `table` (its shard `id`), which the jobs read and
+/// write by name: with `citus.enable_manual_changes_to_shards` the owner of
+/// the schema could drop it and make a look-alike with a trigger (which the
+/// superuser's write would fire) or with forged marks. So it must be a plain
+/// table of the extension's owner without triggers, rules or row security,
+/// locked (a drop then waits for the job) and checked again under the lock.
+fn verify_own_shard(
+    client: &mut SpiClient,
+    schema: &Schema,
+    table: Table,
+    id: i64,
+) -> Result<(), JobError> {
+    let name = schema.shard(table, id);
+    let relname = sql::shard_relname(&name);
+    let refused = || {
+        JobError::new(
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+            format!(
+                "this node's copy of {} ({relname}) is not a plain table of the extension's owner without \
+                 triggers, rules or row security: leaf_id does not use it",
+                table.name()
+            ),
+        )
+    };
+    let check = |client: &mut SpiClient| -> Result<Option<pg_sys::Oid>, JobError> {
+        let row = client
+            .select(
+                sql::OWN_SHARD_CHECK,
+                None,
+                &[schema.oid().into(), relname.into()],
+            )
+            .map_err(spi_err)?
+            .into_iter()
+            .next();
+        let Some(row) = row else { return Ok(None) };
+        let oid = row.get::<pg_sys::Oid>(1).map_err(spi_err)?;
+        let good = row.get::<bool>(2).map_err(spi_err)?.unwrap_or(false);
+        Ok(oid.filter(|_| good))
+    };
+    // (Citus hides shards from pg_class in a worker's session)
+    client
+        .update(sql::SHOW_SHARDS, None, &[])
+        .map_err(spi_err)?;
+    let Some(oid) = check(client)? else {
+        return Err(refused());
+    };
+    unsafe { pg_sys::LockRelationOid(oid, pg_sys::AccessShareLock as pg_sys::LOCKMODE) };
+    if check(client)? != Some(oid) {
+        return Err(refused());
+    }
+    Ok(())
 }
 
 /// A claim's write of `leaf_worker` through Citus (an insert, a take-over of a
@@ -610,6 +668,15 @@ pub fn highest_mark_on_other_copies(
     }
     let mut highest = 0;
     for a in &answers {
+        if a.trim() == sql::REMOTE_MARK_REFUSED {
+            return Err(JobError::new(
+                PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+                format!(
+                    "could not read the mark of snowflake worker id {worker_id} on every copy of leaf_worker: \
+                     a node's copy is not a plain table of the extension's owner without triggers, rules or row security"
+                ),
+            ));
+        }
         let mut parts = a.split(',').map(|p| p.trim().parse::<i64>().ok());
         let mark = parts.next().flatten().unwrap_or(0);
         let mark_epoch = parts.next().flatten();

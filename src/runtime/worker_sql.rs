@@ -73,6 +73,21 @@ impl Schema {
     }
 }
 
+/// The relation name of this node's copy (bound, never pasted).
+pub fn shard_relname(shard: &Shard) -> &str {
+    &shard.relname
+}
+
+/// The OID of the relation named $2 in the schema of OID $1, and whether it
+/// is a plain table of the extension's owner without triggers, rules or row
+/// security (`citus::copies::verify_own_shard`).
+pub const OWN_SHARD_CHECK: &str = "SELECT c.oid, c.relkind OPERATOR(pg_catalog.=) 'r' \
+     AND c.relowner OPERATOR(pg_catalog.=) e.extowner AND NOT c.relhastriggers AND NOT c.relhasrules \
+     AND NOT c.relrowsecurity \
+     FROM pg_catalog.pg_class c JOIN pg_catalog.pg_extension e ON e.extname OPERATOR(pg_catalog.=) 'leaf_id' \
+     WHERE c.relnamespace OPERATOR(pg_catalog.=) $1::pg_catalog.oid \
+     AND c.relname OPERATOR(pg_catalog.=) $2::pg_catalog.text::pg_catalog.name";
+
 /// This node's copy of a Citus reference table.
 pub struct Shard {
     /// Schema-qualified, for statements run here.
@@ -170,6 +185,10 @@ pub const REFERENCE_TABLE_PLACEMENTS: &str = "SELECT s.shardid, n.nodename::pg_c
        WHERE d.logicalrelid OPERATOR(pg_catalog.=) s.logicalrelid \
        AND d.partmethod OPERATOR(pg_catalog.=) 'n' AND d.repmodel OPERATOR(pg_catalog.=) 't') \
      ORDER BY n.nodename, n.nodeport";
+
+/// Let this transaction's catalog queries see Citus' shards.
+pub const SHOW_SHARDS: &str =
+    "SELECT pg_catalog.set_config('citus.override_table_visibility', 'off', true)";
 
 /// Let the worker's transaction write a shard directly.
 pub const ALLOW_SHARD_WRITES: &str =
@@ -460,12 +479,32 @@ pub fn worker_close(s: &Schema) -> String {
 /// epoch, $8 worker id, $9 the message when the row is missing. The body is
 /// quoted by %L, every name by %I and every value by %L. The remote commit
 /// is synchronous, so an acknowledged copy is durable.
+///
+/// Before it writes, the block makes sure that the shard it names is that
+/// node's copy and nobody else's code (the shard is found by name there, and
+/// with `citus.enable_manual_changes_to_shards` the owner of the schema can
+/// drop it and make a look-alike with a trigger, which the superuser's update
+/// would fire): the schema is locked by its row and must be the extension's,
+/// the relation is locked under its name, and it must then be a plain table
+/// of the extension's owner without triggers, rules or row security (42501).
 pub const BUILD_REMOTE_RENEWAL: &str = "SELECT pg_catalog.format('DO %L', pg_catalog.format(\
      'BEGIN \
      PERFORM pg_catalog.set_config(''search_path'', ''pg_catalog, pg_temp'', true); \
      PERFORM pg_catalog.set_config(''synchronous_commit'', ''on'', true); \
      PERFORM pg_catalog.set_config(''lock_timeout'', %L, true); \
      PERFORM pg_catalog.set_config(''citus.enable_manual_changes_to_shards'', ''on'', true); \
+     PERFORM pg_catalog.set_config(''citus.override_table_visibility'', ''off'', true); \
+     PERFORM 1 FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_extension e \
+     ON e.extnamespace OPERATOR(pg_catalog.=) n.oid \
+     WHERE e.extname OPERATOR(pg_catalog.=) ''leaf_id'' AND n.nspname OPERATOR(pg_catalog.=) %L FOR SHARE OF n; \
+     IF NOT FOUND THEN RAISE EXCEPTION USING MESSAGE = %L, ERRCODE = ''55000''; END IF; \
+     LOCK TABLE %I.%I IN ROW EXCLUSIVE MODE; \
+     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_extension e \
+     ON e.extname OPERATOR(pg_catalog.=) ''leaf_id'' \
+     WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(%L) AND c.relkind OPERATOR(pg_catalog.=) ''r'' \
+     AND c.relowner OPERATOR(pg_catalog.=) e.extowner AND NOT c.relhastriggers AND NOT c.relhasrules \
+     AND NOT c.relrowsecurity) \
+     THEN RAISE EXCEPTION USING MESSAGE = %L, ERRCODE = ''42501''; END IF; \
      UPDATE %I.%I SET last_timestamp = \
      CASE WHEN node_name OPERATOR(pg_catalog.=) %L AND owner_token OPERATOR(pg_catalog.=) %L::pg_catalog.int8 \
      THEN GREATEST(last_timestamp, %L::pg_catalog.int8) \
@@ -473,17 +512,41 @@ pub const BUILD_REMOTE_RENEWAL: &str = "SELECT pg_catalog.format('DO %L', pg_cat
      epoch_ms = %L::pg_catalog.int8, heartbeat_at = pg_catalog.now() \
      WHERE worker_id OPERATOR(pg_catalog.=) %L::pg_catalog.int4; \
      IF NOT FOUND THEN RAISE EXCEPTION USING MESSAGE = %L, ERRCODE = ''55000''; END IF; \
-     END', $1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.text, \
+     END', $1::pg_catalog.text, \
+     $2::pg_catalog.text, \
+     pg_catalog.format('leaf_id''s schema is not %I on this node', $2::pg_catalog.text), \
+     $2::pg_catalog.text, $3::pg_catalog.text, \
+     pg_catalog.format('%I.%I', $2::pg_catalog.text, $3::pg_catalog.text), \
+     pg_catalog.format('%I.%I on this node is not leaf_id''s copy of leaf_worker (not a plain table of the \
+extension''s owner without triggers, rules or row security): the renewal is refused', \
+     $2::pg_catalog.text, $3::pg_catalog.text), \
+     $2::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.text, \
      $5::pg_catalog.int8, $6::pg_catalog.int8, $2::pg_catalog.text, $7::pg_catalog.int8, \
      $8::pg_catalog.int4, $9::pg_catalog.text))";
 
 /// Builds, on this server, the query that reads the mark of a worker id on
 /// another node's copy: $1 the schema's name, $2 the shard's name, $3 the
-/// worker id. Answers "mark,epoch".
+/// worker id. Answers "mark,epoch", or "refused" when the relation it read
+/// is not the extension's copy (`REMOTE_MARK_REFUSED`).
+///
+/// The shard is found by name on that node (see `BUILD_REMOTE_RENEWAL`), so
+/// the query touches nothing of the relation but its `tableoid` until that
+/// is known to be a plain table of the extension's owner without triggers,
+/// rules or row security: a look-alike view has no `tableoid` (the query
+/// fails to parse), and a look-alike table's columns, whose types and casts
+/// could be its owner's code, are read only inside the CASE that checked it.
 pub const BUILD_REMOTE_MARK_READ: &str = "SELECT pg_catalog.format(\
-     'SELECT pg_catalog.concat_ws('','', w.last_timestamp, w.epoch_ms) FROM %I.%I w \
-     WHERE w.worker_id OPERATOR(pg_catalog.=) %L::pg_catalog.int4', \
-     $1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.int4)";
+     'SELECT pg_catalog.max(CASE WHEN (SELECT c.relkind OPERATOR(pg_catalog.=) ''r'' \
+     AND c.relowner OPERATOR(pg_catalog.=) e.extowner AND NOT c.relhastriggers AND NOT c.relhasrules \
+     AND NOT c.relrowsecurity FROM pg_catalog.pg_class c JOIN pg_catalog.pg_extension e \
+     ON e.extname OPERATOR(pg_catalog.=) ''leaf_id'' WHERE c.oid OPERATOR(pg_catalog.=) w.tableoid) \
+     THEN CASE WHEN w.worker_id OPERATOR(pg_catalog.=) %L::pg_catalog.int4 \
+     THEN pg_catalog.concat_ws('','', w.last_timestamp, w.epoch_ms) END \
+     ELSE ''refused'' END) FROM %I.%I w', \
+     $3::pg_catalog.int4, $1::pg_catalog.text, $2::pg_catalog.text)";
+
+/// `BUILD_REMOTE_MARK_READ`'s answer when the copy is not the extension's.
+pub const REMOTE_MARK_REFUSED: &str = "refused";
 
 /// The arguments of `BUILD_REMOTE_RENEWAL`'s and `BUILD_REMOTE_MARK_READ`'s
 /// names: the schema's name and the shard's, as text.
