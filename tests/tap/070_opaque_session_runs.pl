@@ -6,7 +6,9 @@
 # that still holds a run of the old tag must hand out only IDs of the new
 # tag. It also checks that runs of two sessions and two tags drawn in turn
 # never give an ID twice, and that a session's unused values are gaps in
-# the counter, never reissued. Last, with every statement and the worker's
+# the counter, never reissued: a new session gets no counter value of an
+# ended session's runs (the end of its last run known from the run sizes,
+# 1, 2, 4, then 8), and starts above that run's end. Last, with every statement and the worker's
 # messages logged, it checks that no domain's key reaches the server log or
 # pg_settings (issue 19, item 2).
 
@@ -44,7 +46,7 @@ my $decode = sub {
 
 # --- two sessions, two tags, drawn in turn: every ID once
 my ($sa, $sb) = (session($node, 'postgres'), session($node, 'postgres'));
-my (%seen, $twice, @a_opq);
+my (%seen, $twice, @a_opq, @b_opq);
 for my $i (1 .. 40)
 {
 	for my $s ([ 'a', $sa ], [ 'b', $sb ])
@@ -55,6 +57,7 @@ for my $i (1 .. 40)
 			die "session $s->[0], $tag: $err" if $err =~ /ERROR/;
 			$twice++ if $seen{"$tag $out"}++;
 			push @a_opq, $out if $s->[0] eq 'a' && $tag eq 'opq';
+			push @b_opq, $out if $s->[0] eq 'b' && $tag eq 'opq';
 		}
 	}
 }
@@ -64,16 +67,50 @@ is_deeply([ sort { $a <=> $b } @counters ], \@counters,
 	"one session's counters of a tag increase");
 
 # --- a session's unused values are never reissued: session b ends with a
-# run; its values are not handed to a new session
+# run of which it handed out only the first two values; none of the values
+# its runs took (its unused ones included) go to a new session
 my ($out) = session_query($sb, "SELECT leaf_segment_next('opq')");
 $seen{"opq $out"}++;
+push @b_opq, $out;
 $sb->quit;
+# b's takes of opq: a run of 1 value, then 2, 4, and 8 (LANES) each after
+# (src/segment/opaque_runs.rs), each consecutive counter values, handed out
+# in order. Its 41 calls are runs of 1, 2, 4, 8, 8, 8, 8 and the first 2 of
+# a last run of 8: that run took 6 values b never handed out.
+my @b_counters = $decode->(@b_opq);
+my (@b_runs, $runs_as_expected);
+{
+	my @left = @b_counters;
+	my $size = 1;
+	$runs_as_expected = 1;
+	while (@left)
+	{
+		my @handed = splice(@left, 0, $size);
+		# counters one run handed out: consecutive from its first
+		$runs_as_expected = 0
+		  if grep { $handed[$_] != $handed[0] + $_ } 0 .. $#handed;
+		push @b_runs, [ $handed[0], $handed[0] + $size - 1, scalar @handed ];
+		$size *= 2 if $size < 8;
+	}
+}
+ok($runs_as_expected && @b_runs == 8 && $b_runs[-1][2] == 2,
+	'premise: b\'s calls came from runs of 1, 2, 4 and 8 values, the last one used 2 of 8')
+  or diag explain { counters => \@b_counters };
+my $b_end = $b_runs[-1][1];
+note "b's last run took counters $b_runs[-1][0] to $b_end; b handed out up to "
+  . max_of(@b_counters);
 my @fresh = split /\n/,
   $node->safe_psql('postgres', "SELECT leaf_segment_next('opq') FROM generate_series(1, 50)");
-ok(!(grep { $seen{"opq $_"} } @fresh), 'a new session reissues none of an ended session\'s run');
-my $last_b = (sort { $a <=> $b } $decode->($out))[0];
-ok((sort { $a <=> $b } $decode->(@fresh))[0] > $last_b,
-	'its counters start above the ended session\'s');
+ok(!(grep { $seen{"opq $_"} } @fresh), 'a new session reissues none of an ended session\'s handed-out IDs');
+my @fresh_counters = $decode->(@fresh);
+my @in_b_runs = grep {
+	my $c = $_;
+	grep { $c >= $_->[0] && $c <= $_->[1] } @b_runs
+} @fresh_counters;
+ok(!@in_b_runs, 'nor any counter value b\'s runs took, its unused ones included')
+  or diag "reissued counters of b's runs: @in_b_runs";
+cmp_ok(min_of(@fresh_counters), '>', $b_end,
+	'its counters start above the end of the ended session\'s last run');
 
 # --- the extension created anew under session a's run
 ($out) = session_query($sa, "SELECT leaf_segment_next('opq')");
