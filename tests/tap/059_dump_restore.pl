@@ -13,9 +13,11 @@
 #     restored IDs above those too;
 #  3. on the same server under a new name while "app" exists: the copy's
 #     registry names this server for the id "app" uses, so the copy's claim
-#     releases that row (keeping its mark) and takes a free id instead of
+#     releases that row, which keeps the dumped mark (last_timestamp, the
+#     same before and after the release), and takes a free id instead of
 #     issuing with app's; a node name of its own (ALTER DATABASE ... SET
-#     leaf_id.node_name) gives it another id;
+#     leaf_id.node_name) is then the copy's generator's node name and the
+#     name its new id is registered under (neither before the rename);
 #  4. on the same server after DROP DATABASE app: the restored max_id is the
 #     dumped one; the documented catch-up puts IDs above the old database's;
 #     the restored database takes this server's worker id back, and its IDs
@@ -28,7 +30,7 @@ use lib $FindBin::RealBin;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use SegmentTap;
-use SnowflakeTap qw(default_node_name);
+use SnowflakeTap qw(default_node_name LEAF_EPOCH_MS);
 use Test::More;
 
 my $src = leaf_node('dump_source');
@@ -170,6 +172,12 @@ is( $src->safe_psql('app_copy',
 		"SELECT node_name FROM leaf_worker WHERE worker_id = $src_worker"),
 	$src_node,
 	'premise: the copy\'s registry names this server for the id app uses');
+# the mark the copy restored for app's id: the dumped one, at or above every
+# snowflake ID app drew before the dump (nothing in the copy renews that row)
+my $copy_mark = $src->safe_psql('app_copy',
+	"SELECT last_timestamp FROM leaf_worker WHERE worker_id = $src_worker");
+cmp_ok($copy_mark, '>=', ($src_flake_max >> 22) + LEAF_EPOCH_MS,
+	'premise: the restored row\'s mark covers app\'s IDs before the dump');
 # the copy's row names this server for app's id: the copy's claim releases
 # that row (keeping its mark) and moves to a free id
 my $r = wait_for_number($src, 'app_copy',
@@ -180,17 +188,37 @@ isnt($copy_worker, $src_worker, '... with another worker id than app');
 is(worker_id($src, 'app'), $src_worker, 'app kept its worker id');
 is( $src->safe_psql('app_copy', "SELECT node_name FROM leaf_worker WHERE worker_id = $src_worker"),
 	"released:$src_worker", 'the copy released its row of app\'s id');
+is( $src->safe_psql('app_copy',
+		"SELECT last_timestamp FROM leaf_worker WHERE worker_id = $src_worker"),
+	$copy_mark,
+	'... and the released row keeps its mark');
 # the documented step still works: a node name of its own for the copy
 $src->safe_psql('postgres',
 	q{ALTER DATABASE app_copy SET leaf_id.node_name = 'dump_source:app_copy'});
+# (before the new name takes effect, no row and no generator carry it: the
+# checks below can only pass after the rename)
+is( $src->safe_psql('app_copy',
+		q{SELECT count(*) FROM leaf_worker WHERE node_name = 'dump_source:app_copy'}),
+	'0', 'premise: no row of the copy\'s registry has the new node name yet');
+isnt($src->safe_psql('app_copy', 'SELECT node_name FROM leaf_snowflake_status'),
+	'dump_source:app_copy', 'premise: the copy\'s generator has another node name yet');
 my $pid = worker_pid($src, 'app_copy', 'snowflake');
-$src->safe_psql('postgres', "SELECT pg_terminate_backend($pid)") if $pid ne '';
-ok(wait_until(20, sub { worker_pid($src, 'app_copy', 'snowflake') ne $pid || $pid eq '' }),
+like($pid, qr/^\d+$/, 'premise: the copy has one snowflake worker');
+$src->safe_psql('postgres', "SELECT pg_terminate_backend($pid)");
+ok(wait_until(20, sub { worker_pid($src, 'app_copy', 'snowflake') ne $pid }),
 	'the copy\'s worker exited (it starts again with the new node name)');
 $r = wait_for_number($src, 'app_copy',
 	'SET leaf_id.refill_timeout = 5000; SELECT leaf_snowflake_next()', 20);
 ok($r->{ok}, 'with a node name of its own the copy issues snowflake IDs');
-isnt(worker_id($src, 'app_copy'), $src_worker, '... with another worker id than app');
+is($src->safe_psql('app_copy', 'SELECT node_name FROM leaf_snowflake_status'),
+	'dump_source:app_copy', '... under the new node name');
+my $renamed_worker = worker_id($src, 'app_copy');
+is( $src->safe_psql('app_copy',
+		q{SELECT worker_id FROM leaf_worker WHERE node_name = 'dump_source:app_copy'}),
+	$renamed_worker, '... with the id registered under it');
+is( $src->safe_psql('app_copy', "SELECT (leaf_snowflake_decode($r->{out})).worker_id"),
+	$renamed_worker, '... which its IDs carry');
+isnt($renamed_worker, $src_worker, '... another worker id than app\'s');
 is(worker_id($src, 'app'), $src_worker, 'app still has its worker id');
 
 # ---------------------------------------------------------------------------
