@@ -515,63 +515,131 @@ COMMENT ON FUNCTION leaf_opaque_grant(text, text, bigint) IS
   'The value of leaf_alloc.opaque_grant that lets a tag issue an opaque domain''s IDs from a max_id on. Superusers and roles that may run leaf_opaque_decode only.';
 
 
--- Privileges (docs/privileges.md). Every install and update path ends with
--- this block, the same text in every script, so that every path ends with
--- the same privileges (tests/tap/071 compares them under hostile default
--- privileges).
---  1. Every member of the extension keeps only its owner's privileges: what
---     ALTER DEFAULT PRIVILEGES gave anyone (PUBLIC and pg_monitor included)
---     on leaf_id's tables, views and functions goes, and what it took from
---     the owner comes back. (The names are quoted by the server.)
---  2. Then exactly these grants. Drawing and decoding snowflake IDs is open
---     to PUBLIC, as a column default needs (REVOKE EXECUTE ... FROM PUBLIC to
---     restrict it), and leaf_opaque_grant checks its caller itself. What shows
---     tag names, ranges and the worker registry is for pg_monitor, as
---     pg_stat_* details. The tables, encoding and decoding, and everything
---     that changes state are the superuser's unless granted.
+-- Privileges (docs/privileges.md). Every install and update script ends
+-- with this block, the same text in each, so that every path ends with the
+-- same privileges (tests/tap/071 compares them under hostile default
+-- privileges) and an update keeps what the operator granted or revoked:
+--  1. What the scripts gave beyond the list below is taken back: all an
+--     object made by this install or update has (ALTER DEFAULT PRIVILEGES of
+--     the installing role add to it, for PUBLIC and pg_monitor too), and
+--     what earlier scripts left (pg_init_privs). Grants made after an
+--     install or update (the operator's: a decode grant, a tag admin) are in
+--     neither and stay.
+--  2. What the list has and the scripts did not give (new objects; default
+--     privileges that took EXECUTE from PUBLIC) is granted; what the
+--     operator revoked since stays revoked. The owner keeps all.
+-- The list: drawing and decoding snowflake IDs is open to PUBLIC, as a
+-- column default needs (REVOKE EXECUTE ... FROM PUBLIC to restrict it), and
+-- leaf_opaque_grant checks its caller itself. What shows tag names, ranges
+-- and the worker registry is for pg_monitor, as pg_stat_* details. The
+-- tables, encoding and decoding, and everything that changes state are the
+-- superuser's unless granted. (The names are quoted by the server.)
 DO $leaf_id_acl$
 DECLARE
     stmt text;
 BEGIN
     FOR stmt IN
-        WITH member AS (
-            SELECT d.classid, d.objid
+        WITH intended (classid, objid, grantee, privilege) AS (
+            SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass, f::pg_catalog.oid, 0::pg_catalog.oid, 'EXECUTE'
+              FROM pg_catalog.unnest(ARRAY[
+                  '@extschema@.leaf_segment_next(text)'::pg_catalog.regprocedure,
+                  '@extschema@.leaf_segment_next(text, integer)',
+                  '@extschema@.leaf_snowflake_next()',
+                  '@extschema@.leaf_snowflake_next(integer)',
+                  '@extschema@.leaf_snowflake_decode(bigint)',
+                  '@extschema@.leaf_snowflake_decode(bigint, bigint)',
+                  '@extschema@.leaf_snowflake_min_id(timestamp with time zone)',
+                  '@extschema@.leaf_snowflake_min_id(timestamp with time zone, bigint)',
+                  '@extschema@.leaf_opaque_grant(text, text, bigint)']) f
+            UNION ALL
+            SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass, f::pg_catalog.oid,
+                   'pg_monitor'::pg_catalog.regrole::pg_catalog.oid, 'EXECUTE'
+              FROM pg_catalog.unnest(ARRAY[
+                  '@extschema@.leaf_segment_status()'::pg_catalog.regprocedure,
+                  '@extschema@.leaf_snowflake_status()']) f
+            UNION ALL
+            SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, v::pg_catalog.oid,
+                   'pg_monitor'::pg_catalog.regrole::pg_catalog.oid, 'SELECT'
+              FROM pg_catalog.unnest(ARRAY[
+                  '@extschema@.leaf_segment_status'::pg_catalog.regclass,
+                  '@extschema@.leaf_snowflake_status',
+                  '@extschema@.leaf_opaque_domains']) v
+        ), member AS (
+            SELECT d.classid, d.objid,
+                   CASE WHEN d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+                        THEN 'FUNCTION' ELSE 'TABLE' END AS kind,
+                   CASE WHEN d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+                        THEN d.objid::pg_catalog.regprocedure::pg_catalog.text
+                        ELSE d.objid::pg_catalog.regclass::pg_catalog.text END AS name,
+                   COALESCE(p.proowner, c.relowner) AS owner,
+                   COALESCE(p.proacl, c.relacl,
+                            pg_catalog.acldefault((CASE WHEN p.oid IS NOT NULL THEN 'f' ELSE 'r' END)::"char",
+                                                  COALESCE(p.proowner, c.relowner))) AS acl,
+                   -- made by this install or update (its membership is of
+                   -- this transaction): all it has is the scripts'; else
+                   -- what the earlier scripts left (no row: the default)
+                   CASE WHEN d.xmin OPERATOR(pg_catalog.=) pg_catalog.xid(pg_catalog.pg_current_xact_id())
+                        THEN COALESCE(p.proacl, c.relacl,
+                                      pg_catalog.acldefault((CASE WHEN p.oid IS NOT NULL THEN 'f' ELSE 'r' END)::"char",
+                                                            COALESCE(p.proowner, c.relowner)))
+                        ELSE COALESCE(i.initprivs,
+                                      pg_catalog.acldefault((CASE WHEN p.oid IS NOT NULL THEN 'f' ELSE 'r' END)::"char",
+                                                            COALESCE(p.proowner, c.relowner))) END AS initial
               FROM pg_catalog.pg_depend d
+              LEFT JOIN pg_catalog.pg_proc p
+                ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+               AND p.oid OPERATOR(pg_catalog.=) d.objid
+              LEFT JOIN pg_catalog.pg_class c
+                ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+               AND c.oid OPERATOR(pg_catalog.=) d.objid
+              LEFT JOIN pg_catalog.pg_init_privs i
+                ON i.classoid OPERATOR(pg_catalog.=) d.classid AND i.objoid OPERATOR(pg_catalog.=) d.objid
+               AND i.objsubid OPERATOR(pg_catalog.=) 0
              WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
                AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e
                                                        WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id')
                AND d.deptype OPERATOR(pg_catalog.=) 'e'
-        ), target AS (
-            SELECT 'TABLE' AS kind, c.oid::pg_catalog.regclass::pg_catalog.text AS name, c.relowner AS owner,
-                   COALESCE(c.relacl, pg_catalog.acldefault('r', c.relowner)) AS acl
-              FROM member m JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) m.objid
-             WHERE m.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
-               AND c.relkind IN ('r', 'p', 'v', 'm')
-            UNION ALL
-            SELECT 'FUNCTION', p.oid::pg_catalog.regprocedure::pg_catalog.text, p.proowner,
-                   COALESCE(p.proacl, pg_catalog.acldefault('f', p.proowner))
-              FROM member m JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) m.objid
-             WHERE m.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+               AND (p.oid IS NOT NULL OR c.relkind IN ('r', 'p', 'v', 'm'))
+        ), initial AS (
+            SELECT m.*, a.grantee, a.privilege_type
+              FROM member m CROSS JOIN LATERAL pg_catalog.aclexplode(m.initial) a
+        ), current AS (
+            SELECT m.classid, m.objid, a.grantee, a.privilege_type
+              FROM member m CROSS JOIN LATERAL pg_catalog.aclexplode(m.acl) a
         )
-        SELECT pg_catalog.format('REVOKE ALL ON %s %s FROM %s', t.kind, t.name,
-                                 CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+        -- 1. script-made, still there, not on the list
+        SELECT pg_catalog.format('REVOKE %s ON %s %s FROM %s', g.privilege_type, g.kind, g.name,
+                                 CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
                                       ELSE pg_catalog.quote_ident(r.rolname) END)
-          FROM target t CROSS JOIN LATERAL pg_catalog.aclexplode(t.acl) a
-          LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
-         WHERE a.grantee OPERATOR(pg_catalog.<>) t.owner
-        UNION
-        SELECT pg_catalog.format('GRANT ALL ON %s %s TO %I', t.kind, t.name, r.rolname)
-          FROM target t JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) t.owner
-        ORDER BY 1
+          FROM initial g
+          LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) g.grantee
+         WHERE g.grantee OPERATOR(pg_catalog.<>) g.owner
+           AND EXISTS (SELECT 1 FROM current c
+                        WHERE c.classid OPERATOR(pg_catalog.=) g.classid AND c.objid OPERATOR(pg_catalog.=) g.objid
+                          AND c.grantee OPERATOR(pg_catalog.=) g.grantee
+                          AND c.privilege_type OPERATOR(pg_catalog.=) g.privilege_type)
+           AND NOT EXISTS (SELECT 1 FROM intended w
+                            WHERE w.classid OPERATOR(pg_catalog.=) g.classid AND w.objid OPERATOR(pg_catalog.=) g.objid
+                              AND w.grantee OPERATOR(pg_catalog.=) g.grantee
+                              AND w.privilege OPERATOR(pg_catalog.=) g.privilege_type)
+        UNION ALL
+        -- 2. on the list, not given by the scripts
+        SELECT pg_catalog.format('GRANT %s ON %s %s TO %s', w.privilege, m.kind, m.name,
+                                 CASE WHEN w.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                                      ELSE pg_catalog.quote_ident(r.rolname) END)
+          FROM intended w
+          JOIN member m ON m.classid OPERATOR(pg_catalog.=) w.classid AND m.objid OPERATOR(pg_catalog.=) w.objid
+          LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) w.grantee
+         WHERE NOT EXISTS (SELECT 1 FROM initial g
+                            WHERE g.classid OPERATOR(pg_catalog.=) w.classid AND g.objid OPERATOR(pg_catalog.=) w.objid
+                              AND g.grantee OPERATOR(pg_catalog.=) w.grantee
+                              AND g.privilege_type OPERATOR(pg_catalog.=) w.privilege)
+        UNION ALL
+        -- the owner keeps all
+        SELECT pg_catalog.format('GRANT ALL ON %s %s TO %I', m.kind, m.name, r.rolname)
+          FROM member m JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) m.owner
     LOOP
         EXECUTE stmt;
     END LOOP;
 END
 $leaf_id_acl$;
-GRANT EXECUTE ON FUNCTION leaf_segment_next(text), leaf_segment_next(text, integer),
-    leaf_snowflake_next(), leaf_snowflake_next(integer),
-    leaf_snowflake_decode(bigint), leaf_snowflake_decode(bigint, bigint),
-    leaf_snowflake_min_id(timestamptz), leaf_snowflake_min_id(timestamptz, bigint),
-    leaf_opaque_grant(text, text, bigint) TO PUBLIC;
-GRANT SELECT ON leaf_segment_status, leaf_snowflake_status, leaf_opaque_domains TO pg_monitor;
-GRANT EXECUTE ON FUNCTION leaf_segment_status(), leaf_snowflake_status() TO pg_monitor;

@@ -68,29 +68,62 @@ COMMENT ON COLUMN leaf_alloc.opaque_grant IS 'With opaque_domain: leaf_opaque_gr
 CREATE TABLE leaf_alloc_encoding (
     biz_tag      text        PRIMARY KEY,
     opaque_check bigint      NOT NULL,
+    reserved_end bigint      NOT NULL DEFAULT 0,
     first_refill timestamptz NOT NULL DEFAULT now()
 );
 SELECT pg_catalog.pg_extension_config_dump('leaf_alloc_encoding', '');
 
 COMMENT ON TABLE leaf_alloc_encoding IS
-  'leaf_id segment mode: the encoding each tag issued its IDs under (written by its first refill), kept when its leaf_alloc row is deleted: a tag inserted again under another encoding (plain or another opaque domain) is refused (55000), since its IDs could equal those issued before. Superusers only; delete a row only for a tag whose IDs are all gone.';
+  'leaf_id segment mode: the encoding each tag issued its IDs under (written by its first refill) and the end of all that was reserved for it, kept when its leaf_alloc row is deleted: a tag inserted again under another encoding (plain or another opaque domain) is refused (55000), since its IDs could equal those issued before, and no refill starts below the end. Superusers only; delete a row only for a tag whose IDs are all gone.';
 COMMENT ON COLUMN leaf_alloc_encoding.opaque_check IS 'The fingerprint of the encoding, as leaf_alloc.opaque_check (0: plain).';
+COMMENT ON COLUMN leaf_alloc_encoding.reserved_end IS 'The end of everything a refill reserved for the tag (its max_id after the refill): the next refill starts at or above it, whatever leaf_alloc.max_id says, so a max_id moved back (or an old row put back with its grant), or a row deleted and inserted again lower, repeats no ID, also after a restart.';
 COMMENT ON COLUMN leaf_alloc_encoding.first_refill IS 'Time of the first refill recorded here.';
 
 -- The tags of 0.4.0 that use a domain get the grant of their max_id (this
 -- update is run by a superuser, who may grant any domain); on Citus, each
--- node's own copy, as every node runs this script.
+-- node's own copy, as every node runs this script. Only if no one but
+-- superusers could have written leaf_alloc: a role granted INSERT or UPDATE
+-- on it (a tag admin) could have planted a row with another tag's domain, and
+-- granting it would hand her the domain's codebook. Then the update grants
+-- nothing, and says which tags a superuser must check and grant.
 DO $do$
 DECLARE
     shard record;
+    writers text[];
+    pending text[];
+    auto boolean;
 BEGIN
+    SELECT pg_catalog.array_agg(DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE r.rolname::pg_catalog.text END)
+      INTO writers
+      FROM pg_catalog.pg_class c
+      JOIN pg_catalog.pg_extension e ON e.extname = 'leaf_id' AND c.relnamespace = e.extnamespace
+      CROSS JOIN LATERAL (
+          SELECT x.grantee, x.privilege_type
+            FROM pg_catalog.aclexplode(COALESCE(c.relacl, pg_catalog.acldefault('r', c.relowner))) x
+          UNION ALL
+          SELECT x.grantee, x.privilege_type
+            FROM pg_catalog.pg_attribute att
+            CROSS JOIN LATERAL pg_catalog.aclexplode(att.attacl) x
+           WHERE att.attrelid = c.oid AND att.attacl IS NOT NULL) a
+      LEFT JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
+     WHERE c.relname = 'leaf_alloc'
+       AND a.privilege_type IN ('INSERT', 'UPDATE')
+       AND (a.grantee = 0 OR NOT r.rolsuper);
+    auto := writers IS NULL;
+    SELECT pg_catalog.array_agg(a.biz_tag ORDER BY a.biz_tag) INTO pending
+      FROM @extschema@.leaf_alloc a WHERE a.opaque_domain IS NOT NULL;
+    IF NOT auto AND pending IS NOT NULL THEN
+        RAISE WARNING 'leaf_id: the opaque tags % were not granted their domains by this update: % could write leaf_alloc', pending, writers
+            USING HINT = 'Check each row (its opaque_domain and max_id), then: UPDATE leaf_alloc SET opaque_grant = leaf_opaque_grant(opaque_domain, biz_tag, max_id) WHERE biz_tag = ...; until then its refills are refused (42501).';
+    END IF;
     -- (two statements: a query naming pg_dist_partition fails to plan without Citus)
     IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
         UPDATE @extschema@.leaf_alloc a
            SET opaque_grant = @extschema@.leaf_opaque_grant(a.opaque_domain, a.biz_tag, a.max_id)
-         WHERE a.opaque_domain IS NOT NULL;
-        INSERT INTO @extschema@.leaf_alloc_encoding (biz_tag, opaque_check)
-        SELECT a.biz_tag, a.opaque_check FROM @extschema@.leaf_alloc a WHERE a.opaque_check IS NOT NULL;
+         WHERE auto AND a.opaque_domain IS NOT NULL
+           AND EXISTS (SELECT 1 FROM @extschema@.leaf_opaque_domain d WHERE d.name = a.opaque_domain);
+        INSERT INTO @extschema@.leaf_alloc_encoding (biz_tag, opaque_check, reserved_end)
+        SELECT a.biz_tag, a.opaque_check, a.max_id FROM @extschema@.leaf_alloc a WHERE a.opaque_check IS NOT NULL;
         RETURN;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition p
@@ -99,9 +132,10 @@ BEGIN
                                              WHERE t.relname = 'leaf_alloc' AND t.relnamespace = e.extnamespace)) THEN
         UPDATE @extschema@.leaf_alloc a
            SET opaque_grant = @extschema@.leaf_opaque_grant(a.opaque_domain, a.biz_tag, a.max_id)
-         WHERE a.opaque_domain IS NOT NULL;
-        INSERT INTO @extschema@.leaf_alloc_encoding (biz_tag, opaque_check)
-        SELECT a.biz_tag, a.opaque_check FROM @extschema@.leaf_alloc a WHERE a.opaque_check IS NOT NULL;
+         WHERE auto AND a.opaque_domain IS NOT NULL
+           AND EXISTS (SELECT 1 FROM @extschema@.leaf_opaque_domain d WHERE d.name = a.opaque_domain);
+        INSERT INTO @extschema@.leaf_alloc_encoding (biz_tag, opaque_check, reserved_end)
+        SELECT a.biz_tag, a.opaque_check, a.max_id FROM @extschema@.leaf_alloc a WHERE a.opaque_check IS NOT NULL;
         RETURN;
     END IF;
     PERFORM pg_catalog.set_config('citus.enable_manual_changes_to_shards', 'on', true),
@@ -134,9 +168,11 @@ BEGIN
         EXECUTE pg_catalog.format('ALTER TABLE %I.%I ADD COLUMN opaque_grant bigint', shard.nspname, shard.relname);
         EXECUTE pg_catalog.format(
             'UPDATE %I.%I a SET opaque_grant = %I.leaf_opaque_grant(a.opaque_domain, a.biz_tag, a.max_id) '
-            'WHERE a.opaque_domain IS NOT NULL', shard.nspname, shard.relname, shard.nspname);
+            'WHERE %L AND a.opaque_domain IS NOT NULL '
+            'AND EXISTS (SELECT 1 FROM %I.leaf_opaque_domain d WHERE d.name = a.opaque_domain)',
+            shard.nspname, shard.relname, shard.nspname, auto, shard.nspname);
         EXECUTE pg_catalog.format(
-            'INSERT INTO %I.leaf_alloc_encoding (biz_tag, opaque_check) SELECT a.biz_tag, a.opaque_check '
+            'INSERT INTO %I.leaf_alloc_encoding (biz_tag, opaque_check, reserved_end) SELECT a.biz_tag, a.opaque_check, a.max_id '
             'FROM %I.%I a WHERE a.opaque_check IS NOT NULL ON CONFLICT DO NOTHING',
             shard.nspname, shard.nspname, shard.relname);
     END LOOP;
@@ -572,66 +608,134 @@ COMMENT ON FUNCTION leaf_id_opaque_code(text, text, bigint, boolean, integer, by
 COMMENT ON FUNCTION leaf_opaque_grant(text, text, bigint) IS
   'The value of leaf_alloc.opaque_grant that lets a tag issue an opaque domain''s IDs from a max_id on. Superusers and roles that may run leaf_opaque_decode only.';
 
--- Privileges (docs/privileges.md). Every install and update path ends with
--- this block, the same text in every script, so that every path ends with
--- the same privileges (tests/tap/071 compares them under hostile default
--- privileges).
---  1. Every member of the extension keeps only its owner's privileges: what
---     ALTER DEFAULT PRIVILEGES gave anyone (PUBLIC and pg_monitor included)
---     on leaf_id's tables, views and functions goes, and what it took from
---     the owner comes back. (The names are quoted by the server.)
---  2. Then exactly these grants. Drawing and decoding snowflake IDs is open
---     to PUBLIC, as a column default needs (REVOKE EXECUTE ... FROM PUBLIC to
---     restrict it), and leaf_opaque_grant checks its caller itself. What shows
---     tag names, ranges and the worker registry is for pg_monitor, as
---     pg_stat_* details. The tables, encoding and decoding, and everything
---     that changes state are the superuser's unless granted.
+-- Privileges (docs/privileges.md). Every install and update script ends
+-- with this block, the same text in each, so that every path ends with the
+-- same privileges (tests/tap/071 compares them under hostile default
+-- privileges) and an update keeps what the operator granted or revoked:
+--  1. What the scripts gave beyond the list below is taken back: all an
+--     object made by this install or update has (ALTER DEFAULT PRIVILEGES of
+--     the installing role add to it, for PUBLIC and pg_monitor too), and
+--     what earlier scripts left (pg_init_privs). Grants made after an
+--     install or update (the operator's: a decode grant, a tag admin) are in
+--     neither and stay.
+--  2. What the list has and the scripts did not give (new objects; default
+--     privileges that took EXECUTE from PUBLIC) is granted; what the
+--     operator revoked since stays revoked. The owner keeps all.
+-- The list: drawing and decoding snowflake IDs is open to PUBLIC, as a
+-- column default needs (REVOKE EXECUTE ... FROM PUBLIC to restrict it), and
+-- leaf_opaque_grant checks its caller itself. What shows tag names, ranges
+-- and the worker registry is for pg_monitor, as pg_stat_* details. The
+-- tables, encoding and decoding, and everything that changes state are the
+-- superuser's unless granted. (The names are quoted by the server.)
 DO $leaf_id_acl$
 DECLARE
     stmt text;
 BEGIN
     FOR stmt IN
-        WITH member AS (
-            SELECT d.classid, d.objid
+        WITH intended (classid, objid, grantee, privilege) AS (
+            SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass, f::pg_catalog.oid, 0::pg_catalog.oid, 'EXECUTE'
+              FROM pg_catalog.unnest(ARRAY[
+                  '@extschema@.leaf_segment_next(text)'::pg_catalog.regprocedure,
+                  '@extschema@.leaf_segment_next(text, integer)',
+                  '@extschema@.leaf_snowflake_next()',
+                  '@extschema@.leaf_snowflake_next(integer)',
+                  '@extschema@.leaf_snowflake_decode(bigint)',
+                  '@extschema@.leaf_snowflake_decode(bigint, bigint)',
+                  '@extschema@.leaf_snowflake_min_id(timestamp with time zone)',
+                  '@extschema@.leaf_snowflake_min_id(timestamp with time zone, bigint)',
+                  '@extschema@.leaf_opaque_grant(text, text, bigint)']) f
+            UNION ALL
+            SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass, f::pg_catalog.oid,
+                   'pg_monitor'::pg_catalog.regrole::pg_catalog.oid, 'EXECUTE'
+              FROM pg_catalog.unnest(ARRAY[
+                  '@extschema@.leaf_segment_status()'::pg_catalog.regprocedure,
+                  '@extschema@.leaf_snowflake_status()']) f
+            UNION ALL
+            SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, v::pg_catalog.oid,
+                   'pg_monitor'::pg_catalog.regrole::pg_catalog.oid, 'SELECT'
+              FROM pg_catalog.unnest(ARRAY[
+                  '@extschema@.leaf_segment_status'::pg_catalog.regclass,
+                  '@extschema@.leaf_snowflake_status',
+                  '@extschema@.leaf_opaque_domains']) v
+        ), member AS (
+            SELECT d.classid, d.objid,
+                   CASE WHEN d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+                        THEN 'FUNCTION' ELSE 'TABLE' END AS kind,
+                   CASE WHEN d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+                        THEN d.objid::pg_catalog.regprocedure::pg_catalog.text
+                        ELSE d.objid::pg_catalog.regclass::pg_catalog.text END AS name,
+                   COALESCE(p.proowner, c.relowner) AS owner,
+                   COALESCE(p.proacl, c.relacl,
+                            pg_catalog.acldefault((CASE WHEN p.oid IS NOT NULL THEN 'f' ELSE 'r' END)::"char",
+                                                  COALESCE(p.proowner, c.relowner))) AS acl,
+                   -- made by this install or update (its membership is of
+                   -- this transaction): all it has is the scripts'; else
+                   -- what the earlier scripts left (no row: the default)
+                   CASE WHEN d.xmin OPERATOR(pg_catalog.=) pg_catalog.xid(pg_catalog.pg_current_xact_id())
+                        THEN COALESCE(p.proacl, c.relacl,
+                                      pg_catalog.acldefault((CASE WHEN p.oid IS NOT NULL THEN 'f' ELSE 'r' END)::"char",
+                                                            COALESCE(p.proowner, c.relowner)))
+                        ELSE COALESCE(i.initprivs,
+                                      pg_catalog.acldefault((CASE WHEN p.oid IS NOT NULL THEN 'f' ELSE 'r' END)::"char",
+                                                            COALESCE(p.proowner, c.relowner))) END AS initial
               FROM pg_catalog.pg_depend d
+              LEFT JOIN pg_catalog.pg_proc p
+                ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+               AND p.oid OPERATOR(pg_catalog.=) d.objid
+              LEFT JOIN pg_catalog.pg_class c
+                ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+               AND c.oid OPERATOR(pg_catalog.=) d.objid
+              LEFT JOIN pg_catalog.pg_init_privs i
+                ON i.classoid OPERATOR(pg_catalog.=) d.classid AND i.objoid OPERATOR(pg_catalog.=) d.objid
+               AND i.objsubid OPERATOR(pg_catalog.=) 0
              WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
                AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e
                                                        WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id')
                AND d.deptype OPERATOR(pg_catalog.=) 'e'
-        ), target AS (
-            SELECT 'TABLE' AS kind, c.oid::pg_catalog.regclass::pg_catalog.text AS name, c.relowner AS owner,
-                   COALESCE(c.relacl, pg_catalog.acldefault('r', c.relowner)) AS acl
-              FROM member m JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) m.objid
-             WHERE m.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
-               AND c.relkind IN ('r', 'p', 'v', 'm')
-            UNION ALL
-            SELECT 'FUNCTION', p.oid::pg_catalog.regprocedure::pg_catalog.text, p.proowner,
-                   COALESCE(p.proacl, pg_catalog.acldefault('f', p.proowner))
-              FROM member m JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) m.objid
-             WHERE m.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+               AND (p.oid IS NOT NULL OR c.relkind IN ('r', 'p', 'v', 'm'))
+        ), initial AS (
+            SELECT m.*, a.grantee, a.privilege_type
+              FROM member m CROSS JOIN LATERAL pg_catalog.aclexplode(m.initial) a
+        ), current AS (
+            SELECT m.classid, m.objid, a.grantee, a.privilege_type
+              FROM member m CROSS JOIN LATERAL pg_catalog.aclexplode(m.acl) a
         )
-        SELECT pg_catalog.format('REVOKE ALL ON %s %s FROM %s', t.kind, t.name,
-                                 CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+        -- 1. script-made, still there, not on the list
+        SELECT pg_catalog.format('REVOKE %s ON %s %s FROM %s', g.privilege_type, g.kind, g.name,
+                                 CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
                                       ELSE pg_catalog.quote_ident(r.rolname) END)
-          FROM target t CROSS JOIN LATERAL pg_catalog.aclexplode(t.acl) a
-          LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
-         WHERE a.grantee OPERATOR(pg_catalog.<>) t.owner
-        UNION
-        SELECT pg_catalog.format('GRANT ALL ON %s %s TO %I', t.kind, t.name, r.rolname)
-          FROM target t JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) t.owner
-        ORDER BY 1
+          FROM initial g
+          LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) g.grantee
+         WHERE g.grantee OPERATOR(pg_catalog.<>) g.owner
+           AND EXISTS (SELECT 1 FROM current c
+                        WHERE c.classid OPERATOR(pg_catalog.=) g.classid AND c.objid OPERATOR(pg_catalog.=) g.objid
+                          AND c.grantee OPERATOR(pg_catalog.=) g.grantee
+                          AND c.privilege_type OPERATOR(pg_catalog.=) g.privilege_type)
+           AND NOT EXISTS (SELECT 1 FROM intended w
+                            WHERE w.classid OPERATOR(pg_catalog.=) g.classid AND w.objid OPERATOR(pg_catalog.=) g.objid
+                              AND w.grantee OPERATOR(pg_catalog.=) g.grantee
+                              AND w.privilege OPERATOR(pg_catalog.=) g.privilege_type)
+        UNION ALL
+        -- 2. on the list, not given by the scripts
+        SELECT pg_catalog.format('GRANT %s ON %s %s TO %s', w.privilege, m.kind, m.name,
+                                 CASE WHEN w.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                                      ELSE pg_catalog.quote_ident(r.rolname) END)
+          FROM intended w
+          JOIN member m ON m.classid OPERATOR(pg_catalog.=) w.classid AND m.objid OPERATOR(pg_catalog.=) w.objid
+          LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) w.grantee
+         WHERE NOT EXISTS (SELECT 1 FROM initial g
+                            WHERE g.classid OPERATOR(pg_catalog.=) w.classid AND g.objid OPERATOR(pg_catalog.=) w.objid
+                              AND g.grantee OPERATOR(pg_catalog.=) w.grantee
+                              AND g.privilege_type OPERATOR(pg_catalog.=) w.privilege)
+        UNION ALL
+        -- the owner keeps all
+        SELECT pg_catalog.format('GRANT ALL ON %s %s TO %I', m.kind, m.name, r.rolname)
+          FROM member m JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) m.owner
     LOOP
         EXECUTE stmt;
     END LOOP;
 END
 $leaf_id_acl$;
-GRANT EXECUTE ON FUNCTION leaf_segment_next(text), leaf_segment_next(text, integer),
-    leaf_snowflake_next(), leaf_snowflake_next(integer),
-    leaf_snowflake_decode(bigint), leaf_snowflake_decode(bigint, bigint),
-    leaf_snowflake_min_id(timestamptz), leaf_snowflake_min_id(timestamptz, bigint),
-    leaf_opaque_grant(text, text, bigint) TO PUBLIC;
-GRANT SELECT ON leaf_segment_status, leaf_snowflake_status, leaf_opaque_domains TO pg_monitor;
-GRANT EXECUTE ON FUNCTION leaf_segment_status(), leaf_snowflake_status() TO pg_monitor;
 
 SELECT pg_catalog.set_config('citus.enable_ddl_propagation',
                              pg_catalog.current_setting('leaf_id_update.ddl_propagation'), true)

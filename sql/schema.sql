@@ -85,13 +85,15 @@ COMMENT ON COLUMN leaf_worker.owner_token IS 'Random token of the server lifetim
 CREATE TABLE leaf_alloc_encoding (
     biz_tag      text        PRIMARY KEY,
     opaque_check bigint      NOT NULL,
+    reserved_end bigint      NOT NULL DEFAULT 0,
     first_refill timestamptz NOT NULL DEFAULT now()
 );
 SELECT pg_catalog.pg_extension_config_dump('leaf_alloc_encoding', '');
 
 COMMENT ON TABLE leaf_alloc_encoding IS
-  'leaf_id segment mode: the encoding each tag issued its IDs under (written by its first refill), kept when its leaf_alloc row is deleted: a tag inserted again under another encoding (plain or another opaque domain) is refused (55000), since its IDs could equal those issued before. Superusers only; delete a row only for a tag whose IDs are all gone.';
+  'leaf_id segment mode: the encoding each tag issued its IDs under (written by its first refill) and the end of all that was reserved for it, kept when its leaf_alloc row is deleted: a tag inserted again under another encoding (plain or another opaque domain) is refused (55000), since its IDs could equal those issued before, and no refill starts below the end. Superusers only; delete a row only for a tag whose IDs are all gone.';
 COMMENT ON COLUMN leaf_alloc_encoding.opaque_check IS 'The fingerprint of the encoding, as leaf_alloc.opaque_check (0: plain).';
+COMMENT ON COLUMN leaf_alloc_encoding.reserved_end IS 'The end of everything a refill reserved for the tag (its max_id after the refill): the next refill starts at or above it, whatever leaf_alloc.max_id says, so a max_id moved back (or an old row put back with its grant), or a row deleted and inserted again lower, repeats no ID, also after a restart.';
 COMMENT ON COLUMN leaf_alloc_encoding.first_refill IS 'Time of the first refill recorded here.';
 
 CREATE TABLE leaf_alloc_tuning (

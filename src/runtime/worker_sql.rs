@@ -306,11 +306,21 @@ pub fn save_tuned_step(s: &Schema) -> String {
     )
 }
 
-/// The encoding (fingerprint) tag $1 has issued under, kept when its row
-/// is deleted (catalog 0.5.0 on).
+/// The encoding (fingerprint) tag $1 has issued under and the end of all
+/// that was reserved for it, kept when its row is deleted (catalog 0.5.0
+/// on).
 pub fn alloc_encoding_of(s: &Schema) -> String {
     format!(
-        "SELECT opaque_check FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) $1",
+        "SELECT opaque_check, reserved_end FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) $1",
+        s.table(Table::AllocEncoding)
+    )
+}
+
+/// Raise the recorded end of tag $1 to $2.
+pub fn record_alloc_end(s: &Schema) -> String {
+    format!(
+        "UPDATE {} SET reserved_end = pg_catalog.int8larger(reserved_end, $2) \
+         WHERE biz_tag OPERATOR(pg_catalog.=) $1",
         s.table(Table::AllocEncoding)
     )
 }

@@ -122,18 +122,6 @@ pub(crate) fn reserve(
                 format!("leaf_alloc.max_id of tag \"{tag}\" is {max_id}; it must not be negative"),
             ));
         }
-        let start = if max_id < reserved_end {
-            pgrx::warning!(
-                "leaf_id: leaf_alloc.max_id of tag \"{}\" is {}, below {} that this server already reserved for it; the reservation starts at {}",
-                tag,
-                max_id,
-                reserved_end,
-                reserved_end
-            );
-            reserved_end
-        } else {
-            max_id
-        };
         let step = match previous {
             Some(_) => policy.next_step(table_step, previous),
             None => policy.first_step(table_step, tuned),
@@ -153,17 +141,41 @@ pub(crate) fn reserve(
         {
             return Err(encoding_changed(tag));
         }
-        if crate::runtime::transaction::catalog_has_encoding_history() {
-            let history = client
+        let on_citus = !crate::runtime::transaction::catalog_is_legacy()
+            && crate::citus::copies::is_citus_table(client, schema, Table::Alloc)?;
+        // the end of everything any server reserved for the tag, kept when
+        // its row is deleted and across restarts (`leaf_alloc_encoding`)
+        let mut recorded_end = 0;
+        let history = crate::runtime::transaction::catalog_has_encoding_history();
+        // on Citus it must be one table for every node (a reference table,
+        // as leaf_alloc): a node's own would not know what the others
+        // issued under, and let a tag change its encoding there
+        if history
+            && on_citus
+            && !crate::citus::copies::is_citus_table(client, schema, Table::AllocEncoding)?
+        {
+            return Err(JobError::new(
+                PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                format!(
+                    "leaf_alloc is a Citus table but leaf_alloc_encoding is not, so a refill of tag \"{tag}\" cannot see \
+                     what the other nodes issued: run SELECT create_reference_table('leaf_alloc_encoding') on the coordinator"
+                ),
+            ));
+        }
+        if history {
+            let row = client
                 .select(&sql::alloc_encoding_of(schema), None, &[tag.into()])
                 .map_err(spi_err)?
                 .into_iter()
-                .next()
-                .map(|r| r.get::<i64>(1))
-                .transpose()
-                .map_err(spi_err)?
-                .flatten();
-            match history {
+                .next();
+            let recorded = match row {
+                Some(r) => {
+                    recorded_end = r.get::<i64>(2).map_err(spi_err)?.unwrap_or(0);
+                    r.get::<i64>(1).map_err(spi_err)?
+                }
+                None => None,
+            };
+            match recorded {
                 Some(h) if h != check => return Err(encoding_changed(tag)),
                 Some(_) => {}
                 None => {
@@ -205,6 +217,23 @@ pub(crate) fn reserve(
                 return Err(not_granted(tag, name, max_id));
             }
         }
+        // Never below what was reserved before: this server lifetime's
+        // mark, and the tag's recorded end (a max_id moved back, by hand or
+        // by replaying an old row with its grant, or a row deleted and
+        // inserted again lower, after a restart or on another Citus node).
+        let floor = reserved_end.max(recorded_end);
+        let start = if max_id < floor {
+            pgrx::warning!(
+                "leaf_id: leaf_alloc.max_id of tag \"{}\" is {}, below {} that was already reserved for it; the reservation starts at {}",
+                tag,
+                max_id,
+                floor,
+                floor
+            );
+            floor
+        } else {
+            max_id
+        };
         // the counter must stay inside the domain: an opaque ID is the
         // permutation of a value below 2^bits
         let end_limit = match encoding {
@@ -233,9 +262,7 @@ pub(crate) fn reserve(
             .min(encoding.map_or(i64::MAX, |d| d.max_segment()));
         // on Citus, top this server's reserve up to leaf_id.citus_reserve
         // segments of this step, in the same reservation
-        let citus_oid = if !crate::runtime::transaction::catalog_is_legacy()
-            && crate::citus::copies::is_citus_table(client, schema, Table::Alloc)?
-        {
+        let citus_oid = if on_citus {
             Some(alloc_table_oid(client, schema)?)
         } else {
             None
@@ -308,6 +335,15 @@ pub(crate) fn reserve(
                     "max_id should be {end}; the update returned {returned:?}, the row has {recorded:?}"
                 ),
             ));
+        }
+        if history {
+            client
+                .update(
+                    &sql::record_alloc_end(schema),
+                    None,
+                    &[tag.into(), end.into()],
+                )
+                .map_err(spi_err)?;
         }
         Ok(Reserved {
             start,

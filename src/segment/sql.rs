@@ -364,7 +364,7 @@ fn leaf_segment_status() -> TableIterator<
         name!(buffer1_end, Option<i64>),
         name!(next_ready, bool),
         name!(refill_in_flight, bool),
-        name!(dynamic_step, i64),
+        name!(dynamic_step, Option<i64>),
         name!(table_step, i64),
         name!(refills, Option<i64>),
         name!(waits, i64),
@@ -402,11 +402,13 @@ fn leaf_segment_status() -> TableIterator<
             counter(b1.end),
             slot.pair.next_ready(),
             slot.refill_in_flight.load(SeqCst),
-            slot.dynamic_step.load(SeqCst),
+            // (the dynamic step and the time of the last refill, polled,
+            // give the count away as well)
+            counter(slot.dynamic_step.load(SeqCst)),
             slot.table_step.load(SeqCst),
             counter(slot.refills.load(SeqCst) as i64),
             slot.waits.load(SeqCst) as i64,
-            tstz_from_unix_us(slot.last_refill_us.load(SeqCst)),
+            tstz_from_unix_us(slot.last_refill_us.load(SeqCst)).filter(|_| shown),
             // NULL: plain IDs, or no refill yet
             slot.encoding.domain().map(|d| d.bits() as i32),
         ));

@@ -65,7 +65,7 @@ insert_rows(60, 'rewound max_id');
 is($node->safe_psql('postgres', 'SELECT count(*) = count(DISTINCT id) FROM orders'),
 	't', 'every ID in orders is distinct');
 ok( $node->wait_for_log(
-		qr/WARNING:  leaf_id: leaf_alloc\.max_id of tag "order" is \d+, below \d+ that this server already reserved for it/
+		qr/WARNING:  leaf_id: leaf_alloc\.max_id of tag "order" is \d+, below \d+ that was already reserved for it/
 	),
 	'the moved reservation is logged as a WARNING');
 my $end = $node->safe_psql('postgres',

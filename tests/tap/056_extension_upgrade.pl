@@ -222,6 +222,44 @@ is( $node->safe_psql('from040',
 		  . 'AND (SELECT count(*) - count(DISTINCT id) FROM ids WHERE phase = 3) = 0'),
 	't', 'segment IDs go on above those before, and the opaque tag hands out distinct counters');
 
+# --- from 0.4.0 with a tag admin: nothing is granted by the update ----------------
+# a role that could write leaf_alloc could have planted a row with another
+# tag's domain (a codebook of it, once granted): the update grants no row,
+# and warns with the tags to check
+$node->safe_psql('postgres', 'CREATE DATABASE from040admin');
+$node->safe_psql('from040admin', q{
+CREATE EXTENSION leaf_id VERSION '0.4.0';
+SELECT leaf_opaque_create('d', 40);
+INSERT INTO leaf_alloc (biz_tag, step, opaque_domain) VALUES ('o', 10, 'd');
+CREATE ROLE tag_admin_040;
+GRANT SELECT, INSERT, UPDATE ON leaf_alloc TO tag_admin_040;
+CREATE ROLE support_040;
+GRANT EXECUTE ON FUNCTION leaf_opaque_decode(text, bigint) TO support_040;
+REVOKE EXECUTE ON FUNCTION leaf_segment_next(text) FROM PUBLIC;
+SET ROLE tag_admin_040;
+INSERT INTO leaf_alloc (biz_tag, step, max_id, opaque_domain) VALUES ('spy', 1000, 0, 'd');
+});
+my ($uret, $uout, $uerr) = $node->psql('from040admin', 'ALTER EXTENSION leaf_id UPDATE');
+is($uret, 0, 'the update from 0.4.0 with a tag admin works');
+like($uerr, qr/WARNING:  leaf_id: the opaque tags \{o,spy\} were not granted their domains by this update: \{tag_admin_040\} could write leaf_alloc/,
+	'it warns which tags were not granted, and who could write leaf_alloc');
+$r = try_sql($node, 'from040admin', "SELECT leaf_segment_next('spy')");
+is($r->{sqlstate}, '42501', 'the planted row draws nothing (42501)') or diag $r->{err};
+$node->safe_psql('from040admin',
+	q{UPDATE leaf_alloc SET opaque_grant = leaf_opaque_grant(opaque_domain, biz_tag, max_id) WHERE biz_tag = 'o'});
+$r = try_sql($node, 'from040admin', "SELECT count(DISTINCT leaf_segment_next('o')) FROM generate_series(1, 20)");
+is($r->{out}, '20', 'the tag a superuser granted after checking it works') or diag $r->{err};
+# what the operator granted and revoked on 0.4.0 stays as it was
+is( $node->safe_psql('from040admin', q{SELECT
+  has_table_privilege('tag_admin_040', 'leaf_alloc', 'INSERT') AND has_table_privilege('tag_admin_040', 'leaf_alloc', 'UPDATE'),
+  has_function_privilege('support_040', 'leaf_opaque_decode(text, bigint)', 'EXECUTE'),
+  has_function_privilege('support_040', 'leaf_segment_next(text)', 'EXECUTE')}),
+	't|t|f', 'the update keeps the operator\'s grants (tag admin, decoder) and her REVOKE from PUBLIC');
+is( $node->safe_psql('from040admin', q{SELECT has_function_privilege('support_040', 'leaf_segment_status()', 'EXECUTE'),
+  has_function_privilege('pg_monitor', 'leaf_segment_status()', 'EXECUTE'),
+  has_function_privilege('support_040', 'leaf_opaque_grant(text, text, bigint)', 'EXECUTE')}),
+	'f|t|t', 'and gives the listed privileges (pg_monitor\'s status, PUBLIC\'s leaf_opaque_grant), no others');
+
 # --- a catalog version the library does not serve -------------------------------
 $node->safe_psql('fresh', q{
 INSERT INTO leaf_alloc (biz_tag, step) VALUES ('v', 10);

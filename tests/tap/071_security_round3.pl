@@ -239,7 +239,8 @@ INSERT INTO leaf_alloc (biz_tag, step) VALUES ('plainx', 10);
 SELECT leaf_segment_next('plainx'), leaf_segment_next('order');
 });
 my $hidden = q{SELECT string_agg(tag || ':' || (buffer0_start IS NULL AND buffer0_next IS NULL AND buffer0_end IS NULL
-  AND buffer1_start IS NULL AND buffer1_next IS NULL AND buffer1_end IS NULL AND refills IS NULL)::text
+  AND buffer1_start IS NULL AND buffer1_next IS NULL AND buffer1_end IS NULL AND refills IS NULL
+  AND dynamic_step IS NULL AND last_refill IS NULL)::text
   || ':' || (opaque_bits IS NOT NULL)::text, ',' ORDER BY tag)
   FROM leaf_segment_status WHERE tag IN ('order', 'plainx')};
 $r = try_sql($node, 'postgres', "SET ROLE watcher; $hidden");
@@ -256,17 +257,25 @@ ALTER DEFAULT PRIVILEGES GRANT EXECUTE ON FUNCTIONS TO r, pg_monitor;
 ALTER DEFAULT PRIVILEGES REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
 ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT ALL ON TABLES TO r;
 };
+# (each ACL as its sorted entries: grantee, privilege, grantor; the order of
+# an ACL's entries depends on the order of the grants)
 my $acls = q{
+CREATE OR REPLACE FUNCTION pg_temp.entries(acl aclitem[], kind "char", owner oid) RETURNS text LANGUAGE sql AS $$
+  SELECT string_agg(e, ',' ORDER BY e) FROM (
+    SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END || ':' || a.privilege_type
+           || ':' || a.grantor::regrole::text AS e
+      FROM aclexplode(COALESCE(acl, acldefault(kind, owner))) a) x $$;
 SELECT string_agg(line, E'\n' ORDER BY line) FROM (
-  SELECT 'rel ' || c.relname || ' ' || COALESCE(c.relacl::text, 'default') AS line
+  SELECT 'rel ' || c.relname || ' ' || pg_temp.entries(c.relacl, 'r', c.relowner) AS line
     FROM pg_depend d JOIN pg_class c ON d.classid = 'pg_class'::regclass AND c.oid = d.objid
    WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'leaf_id') AND d.deptype = 'e'
   UNION ALL
-  SELECT 'fn ' || d.objid::regprocedure || ' ' || COALESCE(p.proacl::text, 'default')
+  SELECT 'fn ' || d.objid::regprocedure || ' ' || pg_temp.entries(p.proacl, 'f', p.proowner)
     FROM pg_depend d JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid
    WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'leaf_id') AND d.deptype = 'e'
   UNION ALL
-  SELECT 'initprivs ' || pg_describe_object(i.classoid, i.objoid, i.objsubid) || ' ' || i.initprivs::text
+  SELECT 'initprivs ' || pg_describe_object(i.classoid, i.objoid, i.objsubid) || ' '
+         || pg_temp.entries(i.initprivs, 'r', 10)
     FROM pg_init_privs i JOIN pg_depend d ON d.classid = i.classoid AND d.objid = i.objoid
    WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'leaf_id') AND d.deptype = 'e'
 ) x};

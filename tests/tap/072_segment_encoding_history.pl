@@ -13,7 +13,12 @@
 #     across a restart;
 #  D. an opaque tag deleted and inserted again plain, across a restart;
 #  E. control: a plain tag deleted and inserted again plain (above its IDs)
-#     goes on.
+#     goes on;
+#  F. a plain tag's max_id moved back to 1, across a restart: the refill
+#     starts at the tag's recorded end (leaf_alloc_encoding.reserved_end);
+#  G. an opaque tag's old row (max_id and its grant, which a tag admin may
+#     have read) put back, across a restart; and the row deleted and
+#     inserted again at 1 with a fresh grant: no ID twice.
 # No ID is issued twice over all of it.
 use strict;
 use warnings;
@@ -120,13 +125,44 @@ $node->restart;
 $node->safe_psql('postgres', "INSERT INTO leaf_alloc (biz_tag, step, max_id) VALUES ('e', 100, $above)");
 draw('e', 2000, 'E: a plain tag inserted again plain, above its IDs');
 
+# --- F. a plain tag's max_id moved back, across a restart ----------------------------
+$node->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) VALUES ('f', 100)});
+draw('f', 3000, 'F');
+$node->safe_psql('postgres', q{UPDATE leaf_alloc SET max_id = 1 WHERE biz_tag = 'f'});
+$node->restart;
+draw('f', 3000, 'F: max_id moved back to 1, after a restart');
+is($node->safe_psql('postgres', q{SELECT count(*) - count(DISTINCT id) FROM ids WHERE tag = 'f'}), '0',
+	'F: no ID of the tag twice (the refill starts at the recorded end)');
+
+# --- G. an opaque tag's old row put back with its grant, across a restart ------------
+# (a tag admin who read the row once may write max_id and opaque_grant back:
+# the grant of that max_id is valid, but the IDs after it were issued)
+$node->safe_psql('postgres', opaque_row('g', 'd20', 1));
+draw('g', 2000, 'G');
+my $old_row = $node->safe_psql('postgres', q{SELECT max_id || ',' || opaque_grant FROM leaf_alloc WHERE biz_tag = 'g'});
+my ($old_max, $old_grant) = split /,/, $old_row;
+draw('g', 3000, 'G: more');
+$node->safe_psql('postgres',
+	"UPDATE leaf_alloc SET max_id = $old_max, opaque_grant = $old_grant WHERE biz_tag = 'g'");
+$node->restart;
+draw('g', 3000, "G: the row of max_id $old_max put back with its grant, after a restart");
+is($node->safe_psql('postgres', q{SELECT count(*) - count(DISTINCT id) FROM ids WHERE tag = 'g'}), '0',
+	'G: no ID of the tag twice');
+# and deleted and inserted again lower, with a decoder's fresh grant
+$node->safe_psql('postgres', q{DELETE FROM leaf_alloc WHERE biz_tag = 'g'});
+$node->restart;
+$node->safe_psql('postgres', opaque_row('g', 'd20', 1));
+draw('g', 2000, 'G: deleted and inserted again at max_id 1, after a restart');
+is($node->safe_psql('postgres', q{SELECT count(*) - count(DISTINCT id) FROM ids WHERE tag = 'g'}), '0',
+	'G: still no ID of the tag twice');
+
 is($node->safe_psql('postgres', 'SELECT count(*) - count(DISTINCT (tag, id)) FROM ids'), '0',
 	'no ID of a tag issued twice');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM ids WHERE tag IN ('a', 'b', 'c', 'dd')}), '16000',
 	'the refused encodings issued nothing');
 is( $node->safe_psql('postgres',
 		q{SELECT string_agg(biz_tag || '=' || (opaque_check = 0)::text, ',' ORDER BY biz_tag) FROM leaf_alloc_encoding}),
-	'a=true,b=true,c=false,dd=false,e=true', 'leaf_alloc_encoding holds the encoding each tag issued under');
+	'a=true,b=true,c=false,dd=false,e=true,f=true,g=false', 'leaf_alloc_encoding holds the encoding each tag issued under');
 
 $node->stop;
 done_testing();
