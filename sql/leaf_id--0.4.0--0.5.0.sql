@@ -110,12 +110,6 @@ BEGIN
        AND a.privilege_type IN ('INSERT', 'UPDATE')
        AND (a.grantee = 0 OR NOT r.rolsuper);
     auto := writers IS NULL;
-    SELECT pg_catalog.array_agg(a.biz_tag ORDER BY a.biz_tag) INTO pending
-      FROM @extschema@.leaf_alloc a WHERE a.opaque_domain IS NOT NULL;
-    IF NOT auto AND pending IS NOT NULL THEN
-        RAISE WARNING 'leaf_id: the opaque tags % were not granted their domains by this update: % could write leaf_alloc', pending, writers
-            USING HINT = 'Check each row (its opaque_domain and max_id), then: UPDATE leaf_alloc SET opaque_grant = leaf_opaque_grant(opaque_domain, biz_tag, max_id) WHERE biz_tag = ...; until then its refills are refused (42501).';
-    END IF;
     -- (two statements: a query naming pg_dist_partition fails to plan without Citus)
     IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
         UPDATE @extschema@.leaf_alloc a
@@ -124,6 +118,12 @@ BEGIN
            AND EXISTS (SELECT 1 FROM @extschema@.leaf_opaque_domain d WHERE d.name = a.opaque_domain);
         INSERT INTO @extschema@.leaf_alloc_encoding (biz_tag, opaque_check, reserved_end)
         SELECT a.biz_tag, a.opaque_check, a.max_id FROM @extschema@.leaf_alloc a WHERE a.opaque_check IS NOT NULL;
+        SELECT pg_catalog.array_agg(a.biz_tag ORDER BY a.biz_tag) INTO pending
+          FROM @extschema@.leaf_alloc a WHERE a.opaque_domain IS NOT NULL;
+        IF NOT auto AND pending IS NOT NULL THEN
+            RAISE WARNING 'leaf_id: the opaque tags % were not granted their domains by this update: % could write leaf_alloc', pending, writers
+                USING HINT = 'Check each row (its opaque_domain and max_id), then: UPDATE leaf_alloc SET opaque_grant = leaf_opaque_grant(opaque_domain, biz_tag, max_id) WHERE biz_tag = ...; until then its refills are refused (42501).';
+        END IF;
         RETURN;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition p
@@ -136,6 +136,12 @@ BEGIN
            AND EXISTS (SELECT 1 FROM @extschema@.leaf_opaque_domain d WHERE d.name = a.opaque_domain);
         INSERT INTO @extschema@.leaf_alloc_encoding (biz_tag, opaque_check, reserved_end)
         SELECT a.biz_tag, a.opaque_check, a.max_id FROM @extschema@.leaf_alloc a WHERE a.opaque_check IS NOT NULL;
+        SELECT pg_catalog.array_agg(a.biz_tag ORDER BY a.biz_tag) INTO pending
+          FROM @extschema@.leaf_alloc a WHERE a.opaque_domain IS NOT NULL;
+        IF NOT auto AND pending IS NOT NULL THEN
+            RAISE WARNING 'leaf_id: the opaque tags % were not granted their domains by this update: % could write leaf_alloc', pending, writers
+                USING HINT = 'Check each row (its opaque_domain and max_id), then: UPDATE leaf_alloc SET opaque_grant = leaf_opaque_grant(opaque_domain, biz_tag, max_id) WHERE biz_tag = ...; until then its refills are refused (42501).';
+        END IF;
         RETURN;
     END IF;
     PERFORM pg_catalog.set_config('citus.enable_manual_changes_to_shards', 'on', true),
@@ -167,14 +173,20 @@ BEGIN
         END IF;
         EXECUTE pg_catalog.format('ALTER TABLE %I.%I ADD COLUMN opaque_grant bigint', shard.nspname, shard.relname);
         EXECUTE pg_catalog.format(
-            'UPDATE %I.%I a SET opaque_grant = %I.leaf_opaque_grant(a.opaque_domain, a.biz_tag, a.max_id) '
-            'WHERE %L AND a.opaque_domain IS NOT NULL '
-            'AND EXISTS (SELECT 1 FROM %I.leaf_opaque_domain d WHERE d.name = a.opaque_domain)',
-            shard.nspname, shard.relname, shard.nspname, auto, shard.nspname);
-        EXECUTE pg_catalog.format(
             'INSERT INTO %I.leaf_alloc_encoding (biz_tag, opaque_check, reserved_end) SELECT a.biz_tag, a.opaque_check, a.max_id '
             'FROM %I.%I a WHERE a.opaque_check IS NOT NULL ON CONFLICT DO NOTHING',
             shard.nspname, shard.nspname, shard.relname);
+        -- On Citus no grant is written here: the grant reads the domains'
+        -- table, a distributed query that Citus refuses inside the one it
+        -- runs the update by; the tags are listed (from this node's copy)
+        -- for a superuser to grant on the coordinator.
+        EXECUTE pg_catalog.format('SELECT pg_catalog.array_agg(a.biz_tag ORDER BY a.biz_tag) FROM %I.%I a '
+                                  'WHERE a.opaque_domain IS NOT NULL', shard.nspname, shard.relname)
+           INTO pending;
+        IF pending IS NOT NULL THEN
+            RAISE WARNING 'leaf_id: the opaque tags % were not granted their domains by this update (on Citus it grants none)', pending
+                USING HINT = 'Check each row (its opaque_domain and max_id), then on the coordinator: UPDATE leaf_alloc SET opaque_grant = leaf_opaque_grant(opaque_domain, biz_tag, max_id) WHERE biz_tag = ...; until then its refills are refused (42501).';
+        END IF;
     END LOOP;
 END
 $do$;

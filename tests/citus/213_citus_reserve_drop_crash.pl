@@ -2,7 +2,9 @@
 # that decided it.
 #
 # The coordinator keeps a reserve of tag 'rc'. The tag is deleted and
-# inserted again (max_id 1, below the reserve), so the coordinator's
+# inserted again (max_id 1, below the reserve), and its record in
+# leaf_alloc_encoding deleted too (a superuser's; with it, every refill would
+# start above the reserve, and nothing could overlap), so the coordinator's
 # next refill drops the tag's reserve: other nodes may now hand out those
 # IDs. The worker crashes right after that refill commits
 # (leaf_id.test_fault_point = 'after_refill_commit'), and the server is
@@ -49,7 +51,8 @@ my $before = reserve_ranges($coord, 'rc');
 cmp_ok(scalar @$before, '>', 0, 'premise: the coordinator keeps a reserve of tag rc (' . scalar(@$before) . ' ranges)');
 
 $coord->safe_psql('postgres',
-	"DELETE FROM leaf_alloc WHERE biz_tag = 'rc'; INSERT INTO leaf_alloc (biz_tag, step) VALUES ('rc', 10)");
+	"DELETE FROM leaf_alloc WHERE biz_tag = 'rc'; INSERT INTO leaf_alloc (biz_tag, step) VALUES ('rc', 10);
+DELETE FROM leaf_alloc_encoding WHERE biz_tag = 'rc'");
 # worker1, which keeps no reserve, issues IDs of the re-created tag from 1
 # on, inside the coordinator's reserve, before the coordinator refills
 $w1->append_conf('postgresql.conf', "leaf_id.citus_reserve = 0\n");

@@ -141,7 +141,17 @@ $node->safe_psql('postgres', opaque_row('g', 'd20', 1));
 draw('g', 2000, 'G');
 my $old_row = $node->safe_psql('postgres', q{SELECT max_id || ',' || opaque_grant FROM leaf_alloc WHERE biz_tag = 'g'});
 my ($old_max, $old_grant) = split /,/, $old_row;
-draw('g', 3000, 'G: more');
+# more, until the tag has issued counters above that max_id (the row's
+# max_id covers both cached segments: it takes a refill or two)
+my $past = 0;
+for (1 .. 20)
+{
+	draw('g', 1000, 'G: more');
+	$past = $node->safe_psql('postgres',
+		"SELECT max(leaf_opaque_decode('d20', id)) > $old_max + 500 FROM ids WHERE tag = 'g'") eq 't';
+	last if $past;
+}
+ok($past, "G: the tag issued counters above the old max_id $old_max");
 $node->safe_psql('postgres',
 	"UPDATE leaf_alloc SET max_id = $old_max, opaque_grant = $old_grant WHERE biz_tag = 'g'");
 $node->restart;
