@@ -26,7 +26,7 @@ use std::panic::AssertUnwindSafe;
 pub const CATALOG_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The older catalogs the library still serves: 0.4.0 has opaque IDs but
-/// no opaque grants, so it serves plain tags only (`catalog_has_opaque_grant`);
+/// no opaque grants, so it serves plain tags only (`catalog_has_grants_and_history`);
 /// 0.3.0 has no opaque IDs (`catalog_has_opaque`); 0.1.0's leaf_worker has no owner_token and
 /// 0.2.0's no pinned copies (`copies`, `holder_copy`), which snowflake mode
 /// needs, so those two serve segment mode only (`catalog_lacks_snowflake`);
@@ -61,16 +61,11 @@ pub fn catalog_has_opaque() -> bool {
     matches!(JOB_CATALOG.with(|c| c.get()), None | Some("0.4.0"))
 }
 
-/// Does the running job's catalog have `leaf_alloc.opaque_grant` (0.5.0
-/// on)? Without it nothing proves that a tag's opaque domain was set by a
-/// role that may decode it, so opaque tags are refused there.
-pub fn catalog_has_opaque_grant() -> bool {
-    JOB_CATALOG.with(|c| c.get()).is_none()
-}
-
-/// Does the running job's catalog have `leaf_alloc_encoding` (0.5.0 on),
-/// the encodings tags issued under, kept when a row is deleted?
-pub fn catalog_has_encoding_history() -> bool {
+/// Does the running job's catalog have 0.5.0's `leaf_alloc.opaque_grant`
+/// (without it nothing proves that a tag's opaque domain was set by a role
+/// that may decode it, so opaque tags are refused) and `leaf_alloc_encoding`
+/// (each tag's encoding and reserved end, kept when its row is deleted)?
+pub fn catalog_has_grants_and_history() -> bool {
     JOB_CATALOG.with(|c| c.get()).is_none()
 }
 

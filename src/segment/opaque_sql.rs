@@ -80,7 +80,13 @@ fn leaf_opaque_grant(domain: Option<&str>, tag: Option<&str>, max_id: Option<i64
             None,
         );
     };
-    let (may_decode, owner) = decode_privilege();
+    let Some((may_decode, owner)) = decode_privilege() else {
+        raise(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "leaf_id's leaf_opaque_decode(text, bigint) is not in the extension's schema",
+            None,
+        );
+    };
     if !may_decode {
         raise(
             PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
@@ -126,7 +132,8 @@ fn leaf_opaque_grant(domain: Option<&str>, tag: Option<&str>, max_id: Option<i64
 /// May the current user decode opaque IDs (EXECUTE on leaf_id's
 /// `leaf_opaque_decode(text, bigint)`, found by the extension's namespace
 /// OID)? And the extension's owner. (Superusers pass any privilege check.)
-pub(crate) fn decode_privilege() -> (bool, pg_sys::Oid) {
+/// None: the catalog has no such function (older than 0.4.0).
+pub(crate) fn decode_privilege() -> Option<(bool, pg_sys::Oid)> {
     // (catalog queries only, bound by the extension's namespace OID)
     let (may_decode, owner) = Spi::get_two::<bool, pg_sys::Oid>(
         "SELECT pg_catalog.has_function_privilege(p.oid, 'EXECUTE'), e.extowner \
@@ -138,13 +145,9 @@ pub(crate) fn decode_privilege() -> (bool, pg_sys::Oid) {
     )
     .unwrap_or((None, None));
     let (Some(may_decode), Some(owner)) = (may_decode, owner) else {
-        raise(
-            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            "leaf_id's leaf_opaque_decode(text, bigint) is not in the extension's schema",
-            None,
-        );
+        return None;
     };
-    (may_decode || unsafe { pg_sys::superuser() }, owner)
+    Some((may_decode || unsafe { pg_sys::superuser() }, owner))
 }
 
 fn permute(bits: i32, key: &[u8], value: i64, inverse: bool) -> i64 {

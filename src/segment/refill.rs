@@ -69,7 +69,7 @@ pub(crate) fn reserve(
         // max_id it returns is the latest one (a stale read there reserved
         // one range on two nodes).
         let opaque = crate::runtime::transaction::catalog_has_opaque();
-        let granted = crate::runtime::transaction::catalog_has_opaque_grant();
+        let granted = crate::runtime::transaction::catalog_has_grants_and_history();
         let row = client
             .update(
                 &sql::alloc_lock_row(schema, opaque, granted),
@@ -146,7 +146,7 @@ pub(crate) fn reserve(
         // the end of everything any server reserved for the tag, kept when
         // its row is deleted and across restarts (`leaf_alloc_encoding`)
         let mut recorded_end = 0;
-        let history = crate::runtime::transaction::catalog_has_encoding_history();
+        let history = granted;
         // on Citus it must be one table for every node (a reference table,
         // as leaf_alloc): a node's own would not know what the others
         // issued under, and let a tag change its encoding there
@@ -163,21 +163,8 @@ pub(crate) fn reserve(
             ));
         }
         if history {
-            let row = client
-                .select(&sql::alloc_encoding_of(schema), None, &[tag.into()])
-                .map_err(spi_err)?
-                .into_iter()
-                .next();
-            let recorded = match row {
-                Some(r) => {
-                    recorded_end = r.get::<i64>(2).map_err(spi_err)?.unwrap_or(0);
-                    r.get::<i64>(1).map_err(spi_err)?
-                }
-                None => None,
-            };
-            match recorded {
-                Some(h) if h != check => return Err(encoding_changed(tag)),
-                Some(_) => {}
+            let recorded = match encoding_history(client, schema, tag)? {
+                Some(r) => Some(r),
                 None => {
                     client
                         .update(
@@ -186,21 +173,14 @@ pub(crate) fn reserve(
                             &[tag.into(), check.into()],
                         )
                         .map_err(spi_err)?;
-                    // a concurrent first refill on another node may have
-                    // recorded another encoding first
-                    let now = client
-                        .select(&sql::alloc_encoding_of(schema), None, &[tag.into()])
-                        .map_err(spi_err)?
-                        .into_iter()
-                        .next()
-                        .map(|r| r.get::<i64>(1))
-                        .transpose()
-                        .map_err(spi_err)?
-                        .flatten();
-                    if now != Some(check) {
-                        return Err(encoding_changed(tag));
-                    }
+                    // (read again: a concurrent first refill on another node
+                    // may have recorded another encoding first)
+                    encoding_history(client, schema, tag)?
                 }
+            };
+            match recorded {
+                Some((h, end)) if h == check => recorded_end = end,
+                _ => return Err(encoding_changed(tag)),
             }
         }
         // Only a role that may decode the domain made the tag use it at this
@@ -387,6 +367,28 @@ fn opaque_domain(
             ),
         )
     })
+}
+
+/// The encoding (fingerprint) a tag issued under and the end of what was
+/// reserved for it (`leaf_alloc_encoding`); None: no refill recorded one.
+fn encoding_history(
+    client: &mut pgrx::spi::SpiClient,
+    schema: &Schema,
+    tag: &str,
+) -> Result<Option<(i64, i64)>, JobError> {
+    let Some(row) = client
+        .select(&sql::alloc_encoding_of(schema), None, &[tag.into()])
+        .map_err(spi_err)?
+        .into_iter()
+        .next()
+    else {
+        return Ok(None);
+    };
+    // (both columns are NOT NULL)
+    Ok(Some((
+        row.get::<i64>(1).map_err(spi_err)?.unwrap_or(0),
+        row.get::<i64>(2).map_err(spi_err)?.unwrap_or(0),
+    )))
 }
 
 /// The refusal of a refill of an opaque tag whose row has no grant for its

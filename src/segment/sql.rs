@@ -376,7 +376,8 @@ fn leaf_segment_status() -> TableIterator<
     let dboid = backend::my_dboid();
     // an opaque tag's counters (its segments' bounds, its refills) are the
     // count that decoding reveals: NULL for a role that may not decode
-    let may_decode = crate::segment::opaque_sql::decode_privilege().0;
+    // (a catalog without opaque IDs has no opaque tag)
+    let may_decode = crate::segment::opaque_sql::decode_privilege().is_some_and(|(may, _)| may);
     let mut rows = Vec::new();
     for i in 0..sh.n_tags() {
         let slot = sh.tag(i);

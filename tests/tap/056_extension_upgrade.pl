@@ -168,6 +168,9 @@ $r = try_sql($node, 'from030',
 	"INSERT INTO ids SELECT 1, leaf_segment_next('u') FROM generate_series(1, 95); "
 	  . 'INSERT INTO ids SELECT 1, leaf_snowflake_next() FROM generate_series(1, 100)');
 is($r->{ret}, 0, 'both modes work on the 0.3.0 catalog') or diag $r->{err};
+# (the status function looks for the decode function, which 0.3.0 has not)
+$r = try_sql($node, 'from030', "SELECT count(*) > 0 FROM leaf_segment_status() WHERE tag = 'u'");
+is($r->{out}, 't', 'leaf_segment_status() works on the 0.3.0 catalog') or diag $r->{err};
 $node->safe_psql('from030', 'ALTER EXTENSION leaf_id UPDATE');
 is($node->safe_psql('from030', $describe), $fresh,
 	'the catalog updated from 0.3.0 equals a fresh install of ' . $version);
