@@ -6,6 +6,7 @@ use std::ffi::CString;
 
 pub static MAX_TAGS: GucSetting<i32> = GucSetting::<i32>::new(1024);
 pub static MAX_DATABASES: GucSetting<i32> = GucSetting::<i32>::new(16);
+pub static MAX_TAGS_PER_DATABASE: GucSetting<i32> = GucSetting::<i32>::new(-1);
 pub static SEGMENT_DURATION: GucSetting<i32> = GucSetting::<i32>::new(900);
 pub static MAX_STEP: GucSetting<i32> = GucSetting::<i32>::new(1_000_000);
 pub static REFILL_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(10_000);
@@ -40,6 +41,16 @@ pub fn register(preloading: bool) {
         i32::MAX / 2,
         GucContext::Sighup,
         GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
+        c"leaf_id.max_tags_per_database",
+        c"Number of tag slots one database may hold (of leaf_id.max_tags); -1 means half of leaf_id.max_tags.",
+        c"Bounds what one tenant takes of the slots that every database shares: a new tag beyond it fails with 53400. An eighth of it (at least 8) may wait for its first refill at once.",
+        &MAX_TAGS_PER_DATABASE,
+        -1,
+        1_000_000,
+        GucContext::Sighup,
+        GucFlags::default(),
     );
     GucRegistry::define_int_guc(
         c"leaf_id.max_step",
@@ -213,8 +224,8 @@ fn register_postmaster_settings() {
     );
     GucRegistry::define_int_guc(
         c"leaf_id.max_databases",
-        c"Number of databases that can use leaf_id at once (one background worker each).",
-        c"Each such database also needs one of max_worker_processes. Requires a restart.",
+        c"Number of databases that can use leaf_id at once.",
+        c"Each such database also needs up to two of max_worker_processes (one worker per mode it uses). A database whose workers have left it (idle) gives its slot to another one that needs it. Requires a restart.",
         &MAX_DATABASES,
         1,
         10_000,
@@ -229,6 +240,17 @@ fn register_postmaster_settings() {
         GucContext::Postmaster,
         GucFlags::default(),
     );
+}
+
+/// How many tag slots one database may hold, and how many of them may wait
+/// for their first refill at once, with `n_tags` slots in all.
+pub fn tags_per_database(n_tags: usize) -> (usize, usize) {
+    let held = match MAX_TAGS_PER_DATABASE.get() {
+        n if n < 0 => n_tags.div_ceil(2),
+        n => n as usize,
+    }
+    .max(1);
+    (held, (held / 8).max(8))
 }
 
 /// The epoch setting, parsed. `Err` carries why it is invalid.

@@ -78,6 +78,11 @@ pub fn ensure_worker(sh: &Shared, db: usize, role: Role) {
     let now = crate::runtime::clock::unix_ms();
     {
         let _g = sh.lock_global();
+        if sh.db(db).dboid.load(SeqCst) != my_dboid() {
+            // the slot went to another database since the caller found it:
+            // its next look finds this database's slot
+            return;
+        }
         if worker.pid.load(SeqCst) != 0 {
             drop(_g);
             sh.wake_worker(db, role);

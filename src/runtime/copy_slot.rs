@@ -66,6 +66,11 @@ pub(crate) fn read_text<const N: usize>(buf: &UnsafeCell<[u8; N]>, len: &AtomicU
 }
 
 impl CopySlot {
+    /// No helper runs or is starting.
+    pub(crate) fn idle(&self) -> bool {
+        self.pid.load(SeqCst) == 0
+    }
+
     /// Free for a new request? A helper that never started is given up.
     pub(crate) fn free(&self) -> bool {
         match self.pid.load(SeqCst) {

@@ -516,7 +516,17 @@ impl Drop for LockGuard {
     }
 }
 
-pub struct FreeSlotsExhausted;
+/// Why a tag got no slot.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum NoTagSlot {
+    /// Every slot of the server is in use.
+    ServerFull,
+    /// The database holds `held` slots, its bound (`settings::tags_per_database`).
+    DatabaseFull { held: usize },
+    /// `loading` of the database's slots wait for their first refill, its
+    /// bound: a caller may wait for one of them to be answered.
+    DatabaseLoading { loading: usize },
+}
 
 /// Every reserved mark is in use (the caller may free those of dropped
 /// databases and try again).
@@ -648,42 +658,86 @@ impl Shared {
         if let Some(i) = find() {
             return Some(i);
         }
-        let i = (0..self.n_dbs).find(|&i| self.db(i).dboid.load(SeqCst) == 0)?;
+        // a free slot, else one whose database no worker serves and that
+        // holds nothing of its own (`DbSlot::left`): a role that can
+        // connect to many databases with leaf_id must not keep them all
+        let i = (0..self.n_dbs)
+            .find(|&i| self.db(i).dboid.load(SeqCst) == 0)
+            .or_else(|| (0..self.n_dbs).find(|&i| self.db_left_locked(i)))?;
         let db = self.db(i);
         db.workers.iter().for_each(WorkerSlot::clear);
         db.snowflake_state
             .store(SnowflakeState::NotRequested as u32, SeqCst);
         db.worker_id.store(-1, SeqCst);
+        db.snowflake_lease_wanted.store(false, SeqCst);
         db.generator.clear();
         db.dboid.store(dboid, SeqCst);
         Some(i)
     }
 
-    /// Find the tag's slot in the database, or allocate one in Loading state.
-    /// Returns (slot, epoch).
+    /// Global lock held: has the database of slot `i` left it, so that
+    /// another database may take it? No worker of it runs or is starting,
+    /// no renewal helper, no snowflake claim is asked for or held (the
+    /// generator closed when its worker left), and none of its tags is
+    /// cached (they went with its segment worker). What it loses is kept
+    /// elsewhere: the worker id's lease in the header (a generator started
+    /// afresh starts above it), and the tags' marks and recorded ends.
+    fn db_left_locked(&self, i: usize) -> bool {
+        let db = self.db(i);
+        let dboid = db.dboid.load(SeqCst);
+        dboid != 0
+            && db
+                .workers
+                .iter()
+                .all(|w| w.pid.load(SeqCst) == 0 && w.requested_at.load(SeqCst) == 0)
+            && db.copy_slots.iter().all(|c| c.idle())
+            && matches!(
+                db.snowflake_state.load(SeqCst),
+                s if s == SnowflakeState::NotRequested as u32 || s == SnowflakeState::Failed as u32
+            )
+            && db.generator.is_closed()
+            && !(0..self.n_tags).any(|t| self.tag(t).dboid.load(SeqCst) == dboid)
+    }
+
+    /// Find the tag's slot in the database, or allocate one in Loading state,
+    /// within the database's bounds (`held` slots, `loading` of them
+    /// waiting for their first refill): one tenant inventing tag names, or
+    /// with more tags than its share, must not take the slots every database
+    /// shares. Returns (slot, epoch).
     pub fn find_or_allocate_tag(
         &self,
         dboid: u32,
         tag: &str,
-    ) -> Result<(usize, u64), FreeSlotsExhausted> {
+        (max_held, max_loading): (usize, usize),
+    ) -> Result<(usize, u64), NoTagSlot> {
         let _g = self.lock_global();
         let (mut free, mut missing) = (None, None);
+        let (mut held, mut loading) = (0, 0);
         for i in 0..self.n_tags {
             let slot = self.tag(i);
             let owner = slot.dboid.load(SeqCst);
-            if owner == dboid && slot.tag_is(tag) && slot.status() != TagStatus::Missing {
-                return Ok((i, slot.epoch.load(SeqCst)));
+            let status = slot.status();
+            if owner == dboid && status != TagStatus::Missing {
+                if slot.tag_is(tag) {
+                    return Ok((i, slot.epoch.load(SeqCst)));
+                }
+                held += 1;
+                loading += usize::from(status == TagStatus::Loading);
             }
             if free.is_none() && owner == 0 {
                 free = Some(i);
             }
-            if missing.is_none() && owner != 0 && slot.status() == TagStatus::Missing {
+            if missing.is_none() && owner != 0 && status == TagStatus::Missing {
                 missing = Some(i);
             }
         }
-        // a missing tag's slot is reused only when no slot is free: callers
-        // waiting on it may still want its answer (they look again if it goes)
-        let i = free.or(missing).ok_or(FreeSlotsExhausted)?;
+        let i = free.or(missing).ok_or(NoTagSlot::ServerFull)?;
+        if held >= max_held {
+            return Err(NoTagSlot::DatabaseFull { held });
+        }
+        if loading >= max_loading {
+            return Err(NoTagSlot::DatabaseLoading { loading });
+        }
         let slot = self.tag(i);
         let _t = self.lock_tag(i);
         slot.epoch.fetch_add(1, SeqCst);

@@ -83,6 +83,9 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
     let Some(db) = sh.db_slot(dboid) else { return };
     {
         let _g = sh.lock_global();
+        if sh.db(db).dboid.load(SeqCst) != dboid {
+            return; // the slot went to another database meanwhile
+        }
         let me = sh.db(db).worker(role);
         if me.pid.load(SeqCst) != 0 {
             return; // another worker serves this database in this mode

@@ -288,6 +288,14 @@ pub fn alloc_tags(s: &Schema) -> String {
     format!("SELECT biz_tag FROM {}", s.table(Table::Alloc))
 }
 
+/// Which of the tags in array $1 have a row.
+pub fn alloc_tags_among(s: &Schema) -> String {
+    format!(
+        "SELECT biz_tag::pg_catalog.text FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.text[])",
+        s.table(Table::Alloc)
+    )
+}
+
 /// The tuned step of tag $1.
 pub fn tuned_step(s: &Schema) -> String {
     format!(

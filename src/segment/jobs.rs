@@ -168,6 +168,7 @@ impl SegmentJobs {
     }
 
     fn refill_all_needed(&mut self, ctx: &mut WorkerContext, stop_at: Instant) {
+        self.answer_unknown_tags(ctx);
         for i in Self::my_slots(ctx) {
             if Instant::now() >= stop_at {
                 ctx.more_work = true;
@@ -187,6 +188,72 @@ impl SegmentJobs {
             if wanted {
                 self.refill(ctx, i);
             }
+        }
+    }
+
+    /// Answer the database's tags that wait for a first refill and have no
+    /// row in leaf_alloc, all with one read: a caller who invents tag names
+    /// costs the worker one lookup for all of them, not a refill
+    /// transaction each (and so holds their slots for a round at most).
+    /// Not while refills go to the Citus reserve first (a node may hang),
+    /// and not for a single tag (its refill tells as cheaply).
+    fn answer_unknown_tags(&mut self, ctx: &mut WorkerContext) {
+        let sh = ctx.sh;
+        if self
+            .citus_failed_at
+            .is_some_and(|t| t.elapsed() < RESERVE_FIRST_FOR)
+        {
+            return;
+        }
+        let waiting: Vec<(usize, u64, String)> = Self::my_slots(ctx)
+            .into_iter()
+            .filter_map(|i| {
+                let slot = sh.tag(i);
+                let _g = sh.lock_tag(i);
+                (slot.dboid.load(SeqCst) == ctx.dboid
+                    && slot.status() == TagStatus::Loading
+                    && slot.refill_requested.load(SeqCst)
+                    && !slot.refill_in_flight.load(SeqCst))
+                .then(|| (i, slot.epoch.load(SeqCst), slot.tag()))
+            })
+            .collect();
+        if waiting.len() < 2 {
+            return;
+        }
+        let names: Vec<String> = waiting.iter().map(|(_, _, tag)| tag.clone()).collect();
+        let found = in_transaction(|schema| {
+            Spi::connect(|client| {
+                let rows = client
+                    .select(&sql::alloc_tags_among(schema), None, &[names.into()])
+                    .map_err(spi_err)?;
+                Ok(rows
+                    .filter_map(|r| r.get::<String>(1).ok().flatten())
+                    .collect::<HashSet<String>>())
+            })
+        });
+        // a failed lookup leaves them to their refills, which say why
+        let Ok(found) = found else { return };
+        let mut answered = false;
+        for (i, epoch, tag) in waiting {
+            if found.contains(&tag) {
+                continue;
+            }
+            let slot = sh.tag(i);
+            let _g = sh.lock_tag(i);
+            if slot.epoch.load(SeqCst) == epoch
+                && slot.status() == TagStatus::Loading
+                && !slot.refill_in_flight.load(SeqCst)
+            {
+                slot.refill_requested.store(false, SeqCst);
+                slot.pair.retire();
+                slot.status.store(TagStatus::Missing as u32, SeqCst);
+                let e = crate::segment::refill::unknown_tag(&tag);
+                slot.error.set(e.sqlstate, &e.message);
+                answered = true;
+            }
+        }
+        if answered {
+            sh.broadcast(ctx.db);
         }
     }
 

@@ -89,10 +89,7 @@ pub(crate) fn reserve(
                     "the row could not be locked by an update",
                 ));
             }
-            return Err(JobError::new(
-                PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
-                format!("leaf_id tag \"{tag}\" does not exist in leaf_alloc"),
-            ));
+            return Err(unknown_tag(tag));
         }
         let row = row.first();
         let max_id: i64 = row.get(1).ok().flatten().unwrap_or(-1);
@@ -544,4 +541,12 @@ pub(crate) fn remember_reserved(dboid: u32, tag: &str, end: i64) -> Result<(), J
             sh.n_marks()
         ),
     ))
+}
+
+/// The answer to a tag that has no row in leaf_alloc.
+pub fn unknown_tag(tag: &str) -> JobError {
+    JobError::new(
+        PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+        format!("leaf_id tag \"{tag}\" does not exist in leaf_alloc"),
+    )
 }

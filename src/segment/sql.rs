@@ -5,7 +5,7 @@
 use crate::errors::{raise, raise_recorded, require_writable};
 use crate::runtime::backend::{self, Deadline};
 use crate::runtime::clock::tstz_from_unix_us;
-use crate::runtime::shmem::{Role, Shared, TAG_MAX_CHARS, TagStatus};
+use crate::runtime::shmem::{NoTagSlot, Role, Shared, TAG_MAX_CHARS, TagStatus};
 use crate::segment::buffer::{SlowPath, TakeMany};
 use crate::segment::opaque::{Domain, RangeEncoder};
 use crate::segment::opaque_runs::SessionRuns;
@@ -74,26 +74,65 @@ fn cached_slot_by_map(sh: &Shared, dboid: u32, tag: &str) -> (usize, u64) {
     if let Some(hit) = SLOT_CACHE.with(|c| c.borrow().get(tag).copied()) {
         return hit;
     }
-    let found = sh.find_or_allocate_tag(dboid, tag).or_else(|full| {
-        if backend::reclaim_dropped_databases(sh) {
-            sh.find_or_allocate_tag(dboid, tag)
-        } else {
-            Err(full)
+    let found = allocate_slot(sh, dboid, tag);
+    SLOT_CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() > 4 * sh.n_tags() {
+            c.clear();
         }
+        c.insert(tag.to_string(), found)
     });
-    match found {
-        Ok(found) => {
-            SLOT_CACHE.with(|c| {
-                let mut c = c.borrow_mut();
-                if c.len() > 4 * sh.n_tags() {
-                    c.clear();
+    found
+}
+
+/// The tag's slot, allocated if need be within the database's bounds
+/// (`settings::tags_per_database`): with as many of its tags waiting for a
+/// first refill as it may have, the call waits (up to
+/// leaf_id.refill_timeout) for one of them to be answered.
+fn allocate_slot(sh: &Shared, dboid: u32, tag: &str) -> (usize, u64) {
+    let bounds = crate::settings::tags_per_database(sh.n_tags());
+    let mut deadline: Option<Deadline> = None;
+    loop {
+        let found = sh
+            .find_or_allocate_tag(dboid, tag, bounds)
+            .or_else(|refusal| {
+                if refusal == NoTagSlot::ServerFull && backend::reclaim_dropped_databases(sh) {
+                    sh.find_or_allocate_tag(dboid, tag, bounds)
+                } else {
+                    Err(refusal)
                 }
-                c.insert(tag.to_string(), found)
             });
-            found
+        let refusal = match found {
+            Ok(found) => {
+                if deadline.is_some() {
+                    backend::end_wait();
+                }
+                return found;
+            }
+            Err(refusal) => refusal,
+        };
+        if let NoTagSlot::DatabaseLoading { .. } = refusal {
+            let deadline = deadline.get_or_insert_with(Deadline::from_setting);
+            if !deadline.passed() {
+                let db = backend::my_db_slot(sh);
+                backend::prepare_wait(sh, db);
+                backend::ensure_worker(sh, db, Role::Segment);
+                backend::wait(sh, db, deadline);
+                continue;
+            }
         }
-        Err(_) => raise(
-            PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+        if deadline.is_some() {
+            backend::end_wait();
+        }
+        no_slot(sh, refusal)
+    }
+}
+
+fn no_slot(sh: &Shared, refusal: NoTagSlot) -> ! {
+    let limit = PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED;
+    match refusal {
+        NoTagSlot::ServerFull => raise(
+            limit,
             format!(
                 "all {} leaf_id tag slots are in use (leaf_id.max_tags = {})",
                 sh.n_tags(),
@@ -101,6 +140,25 @@ fn cached_slot_by_map(sh: &Shared, dboid: u32, tag: &str) -> (usize, u64) {
             ),
             Some(
                 "Raise leaf_id.max_tags and restart the server, or delete unused tags from leaf_alloc.",
+            ),
+        ),
+        NoTagSlot::DatabaseFull { held } => raise(
+            limit,
+            format!(
+                "this database holds {held} leaf_id tag slots, its bound (leaf_id.max_tags_per_database = {})",
+                crate::settings::MAX_TAGS_PER_DATABASE.get()
+            ),
+            Some(
+                "Raise leaf_id.max_tags_per_database (and leaf_id.max_tags), or delete unused tags from leaf_alloc.",
+            ),
+        ),
+        NoTagSlot::DatabaseLoading { loading } => raise(
+            limit,
+            format!(
+                "{loading} leaf_id tags of this database wait for their first refill, as many as may at once (an eighth of leaf_id.max_tags_per_database, at least 8)"
+            ),
+            Some(
+                "Tags that do not exist in leaf_alloc are answered by the background worker; see the server log if it is stuck.",
             ),
         ),
     }
@@ -121,7 +179,7 @@ fn request_refill(sh: &Shared, db: usize, slot: usize) {
 /// opaque tag's comes from this session's run of encoded IDs, and a new run
 /// is one `fetch_add` and one `Domain::encode_lanes` (`segment::opaque_runs`).
 pub fn next_id(tag: &str) -> i64 {
-    let (sh, db) = backend::shared_db();
+    let (sh, _) = backend::shared_db();
     let dboid = backend::my_dboid();
     let (i, epoch) = cached_slot(sh, dboid, tag);
     let kept = OPAQUE_RUNS.with(|r| {
@@ -132,7 +190,7 @@ pub fn next_id(tag: &str) -> i64 {
         return id;
     }
     let looked_up = Some((i, epoch));
-    let take = take_ids(sh, db, dboid, tag, looked_up, |slot, epoch, opaque| {
+    let take = take_ids(sh, dboid, tag, looked_up, |slot, epoch, opaque| {
         if opaque {
             OPAQUE_RUNS.with(|r| r.borrow().take_size(slot, epoch))
         } else {
@@ -179,8 +237,8 @@ fn outside_domain(value: i64, bits: u32) -> ! {
 /// the IDs are the values under the encoding (the value itself, or its
 /// opaque domain's permutation).
 pub fn next_ids(tag: &str, want: u64) -> (i64, i64, Option<Domain>) {
-    let (sh, db) = backend::shared_db();
-    let take = take_ids(sh, db, backend::my_dboid(), tag, None, |_, _, _| want);
+    let (sh, _) = backend::shared_db();
+    let take = take_ids(sh, backend::my_dboid(), tag, None, |_, _, _| want);
     (take.first, take.count, take.encoding)
 }
 
@@ -191,7 +249,6 @@ pub fn next_ids(tag: &str, want: u64) -> (i64, i64, Option<Domain>) {
 /// tag up once.
 fn take_ids(
     sh: &Shared,
-    db: usize,
     dboid: u32,
     tag: &str,
     mut looked_up: Option<(usize, u64)>,
@@ -227,7 +284,7 @@ fn take_ids(
                         break;
                     }
                     if crossed_threshold {
-                        request_refill(sh, db, i);
+                        request_refill(sh, backend::my_db_slot(sh), i);
                     }
                     if deadline.is_some() {
                         backend::end_wait();
@@ -244,7 +301,9 @@ fn take_ids(
                 TakeMany::Exhausted => break,
             }
         }
-        // slow path
+        // slow path (the database's slot looked up again: that of a
+        // database whose workers have left it may go to another one)
+        let db = backend::my_db_slot(sh);
         let deadline = deadline.get_or_insert_with(Deadline::from_setting);
         backend::prepare_wait(sh, db);
         let guard = sh.lock_tag(i);

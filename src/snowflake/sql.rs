@@ -84,11 +84,14 @@ fn next_id() -> i64 {
 /// `batch`, one chunk that leaves single calls their share
 /// (`Generator::next_batch_ids`).
 fn next_ids(want: i64, batch: bool) -> (i64, i64) {
-    let (sh, db) = backend::shared_db();
-    let slot = sh.db(db);
+    let sh = backend::shared_or_raise();
     let mut deadline: Option<Deadline> = None;
-    let mut seen_error: Option<u64> = None;
+    let mut seen_error: Option<(usize, u64)> = None;
     loop {
+        // looked up on every round: the slot of a database whose workers
+        // have left it may go to another database (`Shared::db_slot`)
+        let db = backend::my_db_slot(sh);
+        let slot = sh.db(db);
         if slot.snowflake_state.load(SeqCst) == SnowflakeState::Ready as u32 {
             let cfg = Config {
                 epoch_ms: epoch(),
@@ -102,6 +105,11 @@ fn next_ids(want: i64, batch: bool) -> (i64, i64) {
                 slot.generator.next_ids(&cfg, &PgClock, &mut random, want)
             };
             match got {
+                Ok(_) if slot.dboid.load(SeqCst) != backend::my_dboid() => {
+                    // another database's generator since the lookup: its
+                    // IDs are not this database's (a gap in its sequence)
+                    continue;
+                }
                 Ok(ids) => {
                     if deadline.is_some() {
                         backend::end_wait();
@@ -123,7 +131,13 @@ fn next_ids(want: i64, batch: bool) -> (i64, i64) {
         let deadline = deadline.get_or_insert_with(Deadline::from_setting);
         backend::prepare_wait(sh, db);
         let seq = slot.error.seq.load(SeqCst);
-        let seen = *seen_error.get_or_insert(seq);
+        let seen = match seen_error {
+            Some((d, seen)) if d == db => seen,
+            _ => {
+                seen_error = Some((db, seq));
+                seq
+            }
+        };
         let state = slot.snowflake_state.load(SeqCst);
         if seq != seen {
             let (code, message) = {

@@ -23,6 +23,7 @@ my $node = leaf_node(
 	'lifecycle', q{
 leaf_id.tag_resync_interval = 3600
 leaf_id.max_tags = 4
+leaf_id.max_tags_per_database = 4
 });
 
 # Poll (at most $seconds) until leaf_segment_next($tag) fails with 42704.

@@ -18,6 +18,7 @@ use Test::More;
 my $node = leaf_node(
 	'slots', q{
 leaf_id.max_tags = 2
+leaf_id.max_tags_per_database = 2
 leaf_id.tag_resync_interval = 1
 });
 
@@ -81,7 +82,7 @@ $s->quit;
 $node->stop;
 
 # --- tags whose first refill fails do not keep the slots --------------------
-my $fail = leaf_node('slots_failing', "leaf_id.max_tags = 2\n");
+my $fail = leaf_node('slots_failing', "leaf_id.max_tags = 2\nleaf_id.max_tags_per_database = 2\n");
 $fail->safe_psql('postgres', q{
 INSERT INTO leaf_alloc (biz_tag, max_id, step)
   SELECT 'broken' || i, 1, 10 FROM generate_series(1, 5) i UNION ALL SELECT 'good', 1, 10;

@@ -16,6 +16,7 @@ use Test::More;
 my $node = leaf_node(
 	'drop', q{
 leaf_id.max_tags = 2
+leaf_id.max_tags_per_database = 2
 leaf_id.max_databases = 3
 leaf_id.tag_resync_interval = 1
 });

@@ -1,0 +1,194 @@
+# One tenant cannot take the shared slots from the others (issue 27, item 6).
+# Tag slots and database slots are shared by every database of the server;
+# here leaf_id.max_tags = 64 and leaf_id.max_databases = 3.
+#  A. The flood: mallory, a role with nothing but CONNECT, runs 4 sessions in
+#     database flood that invent tag names with leaf_id.refill_timeout = 1 ms
+#     (every call gives up at once and leaves its slot waiting for the first
+#     refill), while flood's segment worker is held up: a tag admin holds the
+#     row of tag stuck, whose refills a caller keeps asking for, so each one
+#     waits for the lock (5 s). Meanwhile a new tag in database victim must
+#     still work (without a bound per database the invented tags took every
+#     slot: 53400 "all 64 leaf_id tag slots are in use"); mallory's own
+#     calls get 53400 naming the bound (leaf_id.max_tags_per_database's
+#     eighth, at least 8, may wait for their first refill at once).
+#  B. Once the worker is free again the invented tags are answered (42704,
+#     looked up for all waiting tags in one transaction) and flood works.
+#  C. The tag admin inserts 70 real tags and draws from each: at most
+#     leaf_id.max_tags_per_database (default: half of leaf_id.max_tags) get a
+#     slot, the rest 53400 naming that setting; victim still gets a new tag.
+#  D. Database slots: flood and victim hold two of the three (and postgres,
+#     where the extension was created, may hold the third); d3 and then d4
+#     get one once the workers of a database have left it (idle): they got
+#     53400 "used by 3 databases" before (database slots were only given
+#     back by DROP DATABASE); d3 comes back later with IDs above its
+#     earlier ones.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep time);
+use SegmentTap;
+
+my $node = leaf_node('flood', q{
+leaf_id.max_tags = 64
+leaf_id.max_databases = 3
+leaf_id.worker_idle_timeout = 1000
+max_worker_processes = 24
+});
+$node->safe_psql('postgres', q{
+CREATE ROLE mallory LOGIN;
+CREATE ROLE ta LOGIN;
+CREATE DATABASE flood;
+CREATE DATABASE victim;
+CREATE DATABASE d3;
+CREATE DATABASE d4;
+});
+for my $db (qw(flood victim d3 d4))
+{
+	$node->safe_psql($db, 'CREATE EXTENSION leaf_id');
+}
+$node->safe_psql('flood', q{
+GRANT SELECT, INSERT, UPDATE ON leaf_alloc TO ta;
+INSERT INTO leaf_alloc (biz_tag, step) VALUES ('stuck', 10);
+});
+is($node->safe_psql('flood', "SELECT leaf_segment_next('stuck')"), '1', 'flood: tag stuck works');
+
+# --- A. the flood, with flood's worker held up
+my $holder = session($node, 'flood');
+session_query($holder, "SET ROLE ta; BEGIN; UPDATE leaf_alloc SET description = 'held' WHERE biz_tag = 'stuck'");
+my $keeper = start_client($node, 'flood', 'keeper', q{
+SET leaf_id.refill_timeout = 2000;
+DO $$
+DECLARE t0 timestamptz := clock_timestamp();
+BEGIN
+  WHILE clock_timestamp() < t0 + interval '14 s' LOOP
+    BEGIN
+      PERFORM leaf_segment_next('stuck');
+    EXCEPTION WHEN OTHERS THEN NULL;
+    END;
+  END LOOP;
+END $$;
+});
+# wait until the keeper has used up stuck's segments: the worker waits for the row
+ok(wait_until(30, sub {
+	$node->safe_psql('flood', "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+	  WHERE NOT l.granted AND a.backend_type = 'leaf_id segment worker'") > 0 }),
+	"A: flood's segment worker waits for the held row of stuck");
+
+my @flood;
+for my $n (1 .. 4)
+{
+	push @flood, start_client($node, 'flood', "flood$n", qq{
+SET ROLE mallory;
+SET leaf_id.refill_timeout = 1;
+CREATE TEMP TABLE states (s text);
+DO \$\$
+DECLARE t0 timestamptz := clock_timestamp(); i int := 0; st text;
+BEGIN
+  WHILE clock_timestamp() < t0 + interval '8 s' LOOP
+    i := i + 1;
+    BEGIN
+      PERFORM leaf_segment_next('invented_${n}_' || i);
+      st := 'ok';
+    EXCEPTION WHEN OTHERS THEN
+      GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE;
+      IF st = '53400' THEN
+        GET STACKED DIAGNOSTICS st = MESSAGE_TEXT;
+        st := '53400 ' || CASE WHEN st LIKE '%max_tags_per_database%' THEN 'bound' ELSE st END;
+      END IF;
+    END;
+    INSERT INTO states VALUES (st);
+  END LOOP;
+END \$\$;
+SELECT s || ': ' || count(*) FROM states GROUP BY s ORDER BY s;
+}, timeout => 60);
+}
+sleep 3;
+$node->safe_psql('victim', "INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('new1', 1000, 10), ('new2', 2000, 10)");
+my $r = try_sql($node, 'victim', "SELECT leaf_segment_next('new1')");
+is($r->{out}, '1000', 'A: during the flood a new tag of database victim works')
+  or diag $r->{err};
+sleep 2;
+$r = try_sql($node, 'victim', "SELECT leaf_segment_next('new2')");
+is($r->{out}, '2000', 'A: and another one two seconds later') or diag $r->{err};
+finish_clients(60, @flood);
+my %states;
+for my $c (@flood)
+{
+	is($c->{rc}, 0, "A: $c->{name} ran") or diag $c->{stderr};
+	for (split /\n/, slurp_file($c->{out}))
+	{
+		my ($s, $n) = /^(.*): (\d+)$/ or next;
+		$states{$s} += $n;
+	}
+}
+note 'A: what the flood got: ' . join(', ', map { "$_ $states{$_}" } sort keys %states);
+ok(($states{'53400 bound'} // 0) > 0, "A: the flood's own calls hit the bound of its database (53400)");
+is(scalar(grep { /^53400/ && $_ ne '53400 bound' } keys %states), 0,
+	'A: no flood call found every slot of the server taken');
+
+# --- B. the worker free again
+session_query($holder, 'ROLLBACK');
+$holder->quit;
+finish_clients(30, $keeper);
+$node->safe_psql('flood', "INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('after', 500, 10)");
+$r = try_sql($node, 'flood', "SELECT leaf_segment_next('after')", timeout => 30);
+is($r->{out}, '500', 'B: flood gets a new tag once its worker is free') or diag $r->{err};
+$r = try_sql($node, 'flood', "SET ROLE mallory; SELECT leaf_segment_next('invented_x')");
+is($r->{sqlstate}, '42704', 'B: an invented tag gets 42704') or diag $r->{err};
+my $loading = $node->safe_psql('flood', "SELECT count(*) FROM leaf_segment_status WHERE status = 'loading'");
+ok(wait_until(20, sub { $node->safe_psql('flood', "SELECT count(*) FROM leaf_segment_status WHERE status = 'loading'") == 0 }),
+	"B: no invented tag of the flood is left waiting for a first refill (were $loading)");
+
+# --- C. a tag admin with many real tags
+$node->safe_psql('flood', q{SET ROLE ta;
+INSERT INTO leaf_alloc (biz_tag, step) SELECT 'real_' || g, 10 FROM generate_series(1, 70) g});
+$r = try_sql($node, 'flood', q{SET ROLE ta;
+CREATE TEMP TABLE got (s text);
+DO $$
+DECLARE st text;
+BEGIN
+  FOR g IN 1..70 LOOP
+    BEGIN
+      PERFORM leaf_segment_next('real_' || g);
+      st := 'ok';
+    EXCEPTION WHEN OTHERS THEN
+      GET STACKED DIAGNOSTICS st = MESSAGE_TEXT;
+      st := CASE WHEN st LIKE '%max_tags_per_database%' THEN 'bound' ELSE st END;
+    END;
+    INSERT INTO got VALUES (st);
+  END LOOP;
+END $$;
+SELECT s || ': ' || count(*) FROM got GROUP BY s ORDER BY s}, timeout => 120);
+my %got = map { /^(.*): (\d+)$/ ? ($1 => $2) : () } split /\n/, $r->{out};
+note "C: the tag admin's 70 tags: " . join(', ', map { "$_ $got{$_}" } sort keys %got);
+ok(($got{ok} // 0) <= 32 && ($got{ok} // 0) >= 20, 'C: at most 32 of them got a slot (half of 64)');
+is(($got{ok} // 0) + ($got{bound} // 0), 70, 'C: the others got the bound of the database (53400 naming leaf_id.max_tags_per_database)')
+  or diag $r->{err};
+$node->safe_psql('victim', "INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('new3', 3000, 10)");
+$r = try_sql($node, 'victim', "SELECT leaf_segment_next('new3')");
+is($r->{out}, '3000', 'C: a new tag of database victim still works') or diag $r->{err};
+
+# --- D. database slots
+$node->safe_psql('d3', "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('d', 10)");
+$node->safe_psql('d4', "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('d', 10)");
+$r = try_sql($node, 'd3', "SELECT leaf_segment_next('d') FROM generate_series(1, 5);
+  SELECT leaf_snowflake_next() FROM generate_series(1, 5)", timeout => 30);
+my @d3 = split /\n/, $r->{out};
+is(scalar(@d3), 10, 'D: d3 gets a database slot') or diag $r->{err};
+ok(wait_until(30, sub { worker_pid($node, 'd3') eq '' }), "D: d3's workers leave it (idle)");
+$r = try_sql($node, 'd4', "SELECT leaf_segment_next('d'); SELECT count(DISTINCT leaf_snowflake_next()) FROM generate_series(1, 5)", timeout => 30);
+is($r->{out}, "1\n5", 'D: d4 gets the slot of a database that was left') or diag $r->{err};
+ok(wait_until(30, sub { worker_pid($node, 'd4') eq '' && worker_pid($node, 'd3') eq '' }), "D: d4's workers leave it too");
+$r = try_sql($node, 'd3', "SELECT leaf_segment_next('d'); SELECT leaf_snowflake_next() FROM generate_series(1, 5)", timeout => 30);
+my @d3b = split /\n/, $r->{out};
+is(scalar(@d3b), 6, 'D: d3 comes back') or diag $r->{err};
+ok(@d3b && $d3b[0] > $d3[4], "D: d3's segment IDs go on above its earlier ones ($d3b[0] > $d3[4])");
+is_deeply([ duplicates(@d3[5 .. 9], @d3b[1 .. $#d3b]) ], [], "D: no snowflake ID of d3 twice");
+ok($d3b[1] > $d3[9], "D: d3's snowflake IDs go on above its earlier ones");
+
+$node->stop;
+done_testing();
