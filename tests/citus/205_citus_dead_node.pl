@@ -134,6 +134,9 @@ note sprintf('worker2 started, not yet activated: %d segment and %d snowflake ID
 ok(!grep({ !/^seg: XX001 .*leaf_alloc.max_id of tag "dn" is \d+ in one copy of the table and different in another/ } @early_refusals),
 	'worker2 not yet activated: the only refusals are of refills, by the guard (stale copy, XX001)')
   or diag explain \@early_refusals;
+is(scalar(grep { (($_ >> 12) & 1023) != $wid{ $w2->name } } @{ $early{snow} }), 0,
+	'worker2 not yet activated: every snowflake ID it issues carries its own worker id ' . $wid{ $w2->name });
+cmp_ok(scalar @{ $early{snow} }, '>', 0, 'worker2 not yet activated: it issues snowflake IDs (the check above is not empty)');
 cmp_ok(scalar(grep { /^seg: / } @early_refusals), '>', 0,
 	'worker2 not yet activated: its refills are refused (the check above is not empty)');
 my $act = try_sql($coord, 'postgres', "SELECT citus_activate_node('127.0.0.1', $w2port)");

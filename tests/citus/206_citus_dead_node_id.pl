@@ -116,6 +116,9 @@ for my $n ($coord, $w1, $w3)
 	my ($ids, $refusals) = draw_worker_ids($n, 4);
 	note $n->name . ' restarted after removal: ' . join(',', sort keys %$ids) . '; first refusal: ' . ($refusals->[0] // '-');
 	ok(!exists $ids->{2}, $n->name . ' restarted does not issue IDs with worker id 2');
+	my $own = $n == $w3 ? 3 : $wid{ $n->name };
+	is(join(',', sort keys %$ids), $own, $n->name . " restarted issues IDs, all with its own worker id $own")
+	  or diag explain $refusals;
 }
 
 # --- worker2 comes back --------------------------------------------------------

@@ -307,13 +307,14 @@ sub first_ok_after
 
 # Call leaf_snowflake_next() on $node every 200 ms for $seconds. Returns a
 # hash: ids (the IDs issued), with (how many of them have a worker id in
-# @$wids), refused (how many calls failed), last (the try_sql result of the
-# last call).
+# @$wids), refused (how many calls failed), states (SQLSTATE => count of the
+# refusals), errors (every refusal's error report), last (the try_sql result
+# of the last call).
 sub snowflake_calls
 {
 	my ($node, $seconds, $wids) = @_;
 	my %want = map { $_ => 1 } @$wids;
-	my %out = (ids => [], with => 0, refused => 0);
+	my %out = (ids => [], with => 0, refused => 0, states => {}, errors => []);
 	my $end = time + $seconds;
 	while (time < $end)
 	{
@@ -326,7 +327,12 @@ sub snowflake_calls
 			push @{ $out{ids} }, $x;
 			$out{with}++ if $want{$w};
 		}
-		else { $out{refused}++ }
+		else
+		{
+			$out{refused}++;
+			$out{states}{ $r->{sqlstate} // 'none' }++;
+			push @{ $out{errors} }, $r->{err};
+		}
 		usleep(200_000);
 	}
 	return %out;
