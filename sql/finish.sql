@@ -408,17 +408,20 @@ BEGIN
         RAISE EXCEPTION 'the width of an opaque domain is 20 to 63 bits; % was given', width
             USING ERRCODE = '22023', HINT = '63 (the default) covers every non-negative bigint; 53 keeps IDs exact in JavaScript numbers; below 20 bits a guess hits an issued ID too often.';
     END IF;
-    -- On Citus the key goes to every node as a literal of this INSERT: it
-    -- must not reach a log from here (a database owner may ALTER DATABASE ...
-    -- SET citus.log_remote_commands, a user setting). (Confined to this call
-    -- by the SET clause above.)
+    -- On Citus the row goes to every node. An INSERT ... VALUES would carry
+    -- the key as a literal of the remote command (in the nodes'
+    -- pg_stat_activity, which pg_read_all_stats and so pg_monitor read, and
+    -- in any log of statements); an INSERT ... SELECT is sent as a COPY, the
+    -- key in its binary data. Nor may the commands reach a log from here (a
+    -- database owner may ALTER DATABASE ... SET citus.log_remote_commands, a
+    -- user setting; confined to this call by the SET clause above).
     IF pg_catalog.current_setting('citus.log_remote_commands', true) IS NOT NULL THEN
         PERFORM pg_catalog.set_config('citus.log_remote_commands', 'off', true),
                 pg_catalog.set_config('citus.log_local_commands', 'off', true);
     END IF;
     BEGIN
         INSERT INTO @extschema@.leaf_opaque_domain (name, bits, key)
-        VALUES (domain, width, @extschema@.leaf_id_random_key());
+        SELECT domain, width, @extschema@.leaf_id_random_key();
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'opaque domain "%" already exists', domain USING ERRCODE = '42710';
     END;
@@ -635,9 +638,22 @@ BEGIN
                               AND g.grantee OPERATOR(pg_catalog.=) w.grantee
                               AND g.privilege_type OPERATOR(pg_catalog.=) w.privilege)
         UNION ALL
-        -- the owner keeps all
+        -- the owner keeps all: granted only where it lacks some (every GRANT
+        -- or REVOKE in a script also writes the object's whole ACL, the
+        -- operator's grants with it, into pg_init_privs, and pg_dump leaves
+        -- out what pg_init_privs has)
         SELECT pg_catalog.format('GRANT ALL ON %s %s TO %I', m.kind, m.name, r.rolname)
           FROM member m JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) m.owner
+         WHERE EXISTS (SELECT 1
+                         FROM pg_catalog.aclexplode(pg_catalog.acldefault(
+                                  (CASE WHEN m.kind OPERATOR(pg_catalog.=) 'FUNCTION' THEN 'f' ELSE 'r' END)::"char",
+                                  m.owner)) d
+                        WHERE d.grantee OPERATOR(pg_catalog.=) m.owner
+                          AND NOT EXISTS (SELECT 1 FROM current c
+                                           WHERE c.classid OPERATOR(pg_catalog.=) m.classid
+                                             AND c.objid OPERATOR(pg_catalog.=) m.objid
+                                             AND c.grantee OPERATOR(pg_catalog.=) m.owner
+                                             AND c.privilege_type OPERATOR(pg_catalog.=) d.privilege_type))
     LOOP
         EXECUTE stmt;
     END LOOP;

@@ -82,10 +82,11 @@ COMMENT ON COLUMN leaf_alloc_encoding.first_refill IS 'Time of the first refill 
 -- The tags of 0.4.0 that use a domain get the grant of their max_id (this
 -- update is run by a superuser, who may grant any domain); on Citus, each
 -- node's own copy, as every node runs this script. Only if no one but
--- superusers could have written leaf_alloc: a role granted INSERT or UPDATE
--- on it (a tag admin) could have planted a row with another tag's domain, and
--- granting it would hand her the domain's codebook. Then the update grants
--- nothing, and says which tags a superuser must check and grant.
+-- superusers can write leaf_alloc (a role granted INSERT or UPDATE on it, a
+-- tag admin, or a member of pg_write_all_data could have planted a row with
+-- another tag's domain, and granting it would hand her the domain's
+-- codebook), and only a tag whose domain no other tag uses. Else the update
+-- grants nothing, and says which tags a superuser must check and grant.
 DO $do$
 DECLARE
     shard record;
@@ -109,19 +110,34 @@ BEGIN
      WHERE c.relname = 'leaf_alloc'
        AND a.privilege_type IN ('INSERT', 'UPDATE')
        AND (a.grantee = 0 OR NOT r.rolsuper);
+    -- (and the members of pg_write_all_data, who need no grant on the table)
+    SELECT pg_catalog.array_cat(writers, pg_catalog.array_agg(r.rolname::pg_catalog.text ORDER BY r.rolname))
+      INTO writers
+      FROM pg_catalog.pg_roles r
+     WHERE NOT r.rolsuper
+       AND r.oid OPERATOR(pg_catalog.<>) 'pg_write_all_data'::pg_catalog.regrole
+       AND pg_catalog.pg_has_role(r.oid, 'pg_write_all_data'::pg_catalog.regrole, 'USAGE')
+    HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0 OR writers IS NOT NULL;
     auto := writers IS NULL;
     -- (two statements: a query naming pg_dist_partition fails to plan without Citus)
     IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
+        -- (nor a tag whose domain another tag uses too: either may be a
+        -- copy planted by a role that could write leaf_alloc once, and
+        -- revoked or dropped since, whom no ACL shows any more)
         UPDATE @extschema@.leaf_alloc a
            SET opaque_grant = @extschema@.leaf_opaque_grant(a.opaque_domain, a.biz_tag, a.max_id)
          WHERE auto AND a.opaque_domain IS NOT NULL
-           AND EXISTS (SELECT 1 FROM @extschema@.leaf_opaque_domain d WHERE d.name = a.opaque_domain);
+           AND EXISTS (SELECT 1 FROM @extschema@.leaf_opaque_domain d WHERE d.name = a.opaque_domain)
+           AND NOT EXISTS (SELECT 1 FROM @extschema@.leaf_alloc b
+                            WHERE b.opaque_domain = a.opaque_domain AND b.biz_tag <> a.biz_tag);
         INSERT INTO @extschema@.leaf_alloc_encoding (biz_tag, opaque_check, reserved_end)
         SELECT a.biz_tag, a.opaque_check, a.max_id FROM @extschema@.leaf_alloc a WHERE a.opaque_check IS NOT NULL;
         SELECT pg_catalog.array_agg(a.biz_tag ORDER BY a.biz_tag) INTO pending
-          FROM @extschema@.leaf_alloc a WHERE a.opaque_domain IS NOT NULL;
-        IF NOT auto AND pending IS NOT NULL THEN
-            RAISE WARNING 'leaf_id: the opaque tags % were not granted their domains by this update: % could write leaf_alloc', pending, writers
+          FROM @extschema@.leaf_alloc a WHERE a.opaque_domain IS NOT NULL AND a.opaque_grant IS NULL;
+        IF pending IS NOT NULL THEN
+            RAISE WARNING 'leaf_id: the opaque tags % were not granted their domains by this update: %', pending,
+                CASE WHEN auto THEN 'each shares its domain with another tag'
+                     ELSE pg_catalog.format('%s could write leaf_alloc', writers) END
                 USING HINT = 'Check each row (its opaque_domain and max_id), then: UPDATE leaf_alloc SET opaque_grant = leaf_opaque_grant(opaque_domain, biz_tag, max_id) WHERE biz_tag = ...; until then its refills are refused (42501).';
         END IF;
         RETURN;
@@ -130,16 +146,23 @@ BEGIN
                     WHERE p.logicalrelid = (SELECT t.oid FROM pg_catalog.pg_class t
                                               JOIN pg_catalog.pg_extension e ON e.extname = 'leaf_id'
                                              WHERE t.relname = 'leaf_alloc' AND t.relnamespace = e.extnamespace)) THEN
+        -- (nor a tag whose domain another tag uses too: either may be a
+        -- copy planted by a role that could write leaf_alloc once, and
+        -- revoked or dropped since, whom no ACL shows any more)
         UPDATE @extschema@.leaf_alloc a
            SET opaque_grant = @extschema@.leaf_opaque_grant(a.opaque_domain, a.biz_tag, a.max_id)
          WHERE auto AND a.opaque_domain IS NOT NULL
-           AND EXISTS (SELECT 1 FROM @extschema@.leaf_opaque_domain d WHERE d.name = a.opaque_domain);
+           AND EXISTS (SELECT 1 FROM @extschema@.leaf_opaque_domain d WHERE d.name = a.opaque_domain)
+           AND NOT EXISTS (SELECT 1 FROM @extschema@.leaf_alloc b
+                            WHERE b.opaque_domain = a.opaque_domain AND b.biz_tag <> a.biz_tag);
         INSERT INTO @extschema@.leaf_alloc_encoding (biz_tag, opaque_check, reserved_end)
         SELECT a.biz_tag, a.opaque_check, a.max_id FROM @extschema@.leaf_alloc a WHERE a.opaque_check IS NOT NULL;
         SELECT pg_catalog.array_agg(a.biz_tag ORDER BY a.biz_tag) INTO pending
-          FROM @extschema@.leaf_alloc a WHERE a.opaque_domain IS NOT NULL;
-        IF NOT auto AND pending IS NOT NULL THEN
-            RAISE WARNING 'leaf_id: the opaque tags % were not granted their domains by this update: % could write leaf_alloc', pending, writers
+          FROM @extschema@.leaf_alloc a WHERE a.opaque_domain IS NOT NULL AND a.opaque_grant IS NULL;
+        IF pending IS NOT NULL THEN
+            RAISE WARNING 'leaf_id: the opaque tags % were not granted their domains by this update: %', pending,
+                CASE WHEN auto THEN 'each shares its domain with another tag'
+                     ELSE pg_catalog.format('%s could write leaf_alloc', writers) END
                 USING HINT = 'Check each row (its opaque_domain and max_id), then: UPDATE leaf_alloc SET opaque_grant = leaf_opaque_grant(opaque_domain, biz_tag, max_id) WHERE biz_tag = ...; until then its refills are refused (42501).';
         END IF;
         RETURN;

@@ -44,8 +44,8 @@ pub fn register(preloading: bool) {
     );
     GucRegistry::define_int_guc(
         c"leaf_id.max_tags_per_database",
-        c"Number of tag slots one database may hold (of leaf_id.max_tags); -1 means half of leaf_id.max_tags.",
-        c"Bounds what one tenant takes of the slots that every database shares: a new tag beyond it fails with 53400. An eighth of it (at least 8) may wait for its first refill at once.",
+        c"Number of tag slots one database may hold (of leaf_id.max_tags); -1: its share, as other databases need theirs.",
+        c"With -1, beyond its share (leaf_id.max_tags / leaf_id.max_databases) a database gets a new tag slot only while every other database in use can still reach its share and one share stays free for a database that comes; half its share (at least 8; with a number: an eighth of it) of its tags may wait for their first refill at once. Beyond that a new tag fails with 53400.",
         &MAX_TAGS_PER_DATABASE,
         -1,
         1_000_000,
@@ -242,15 +242,37 @@ fn register_postmaster_settings() {
     );
 }
 
-/// How many tag slots one database may hold, and how many of them may wait
-/// for their first refill at once, with `n_tags` slots in all.
-pub fn tags_per_database(n_tags: usize) -> (usize, usize) {
-    let held = match MAX_TAGS_PER_DATABASE.get() {
-        n if n < 0 => n_tags.div_ceil(2),
-        n => n as usize,
+/// What one database may hold of the `n_tags` tag slots that the
+/// `n_dbs` database slots share (`Shared::find_or_allocate_tag`).
+#[derive(Clone, Copy, Debug)]
+pub struct TagBounds {
+    /// leaf_id.max_tags_per_database when set (else usize::MAX).
+    pub max_held: usize,
+    /// When it is not set (-1), the database's share, max_tags /
+    /// max_databases: beyond it a database takes a slot only while every
+    /// other database in use can still reach its own, and a share stays
+    /// for a database that comes (usize::MAX: no share rule).
+    pub share: usize,
+    /// How many of its tags may wait for their first refill at once.
+    pub max_loading: usize,
+}
+
+pub fn tag_bounds(n_tags: usize, n_dbs: usize) -> TagBounds {
+    match MAX_TAGS_PER_DATABASE.get() {
+        n if n < 0 => {
+            let share = (n_tags / n_dbs.max(1)).max(1);
+            TagBounds {
+                max_held: usize::MAX,
+                share,
+                max_loading: (share / 2).max(8),
+            }
+        }
+        n => TagBounds {
+            max_held: (n as usize).max(1),
+            share: usize::MAX,
+            max_loading: (n as usize / 8).max(8),
+        },
     }
-    .max(1);
-    (held, (held / 8).max(8))
 }
 
 /// The epoch setting, parsed. `Err` carries why it is invalid.

@@ -3,14 +3,12 @@
 //! Must not run SQL or change a table: anything that talks to the database is the worker's.
 
 use crate::errors::raise;
-use crate::runtime::shmem::{Role, Shared};
+use crate::runtime::shmem::{Role, Shared, WORKER_START_GRACE_MS};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
-/// A worker registered but not attached after this long is registered again.
-const WORKER_START_GRACE_MS: i64 = 10_000;
 /// Registrations tried, 20 ms apart, before "no background worker slot".
 const START_ATTEMPTS: u32 = 50;
 

@@ -17,6 +17,10 @@ use std::sync::atomic::{
     AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering::SeqCst,
 };
 
+/// A worker registered but not attached after this long is given up (a
+/// backend registers it again; its database slot may go to another).
+pub const WORKER_START_GRACE_MS: i64 = 10_000;
+
 /// 128 characters of UTF-8.
 pub const TAG_MAX_BYTES: usize = 512;
 pub const TAG_MAX_CHARS: usize = 128;
@@ -521,8 +525,11 @@ impl Drop for LockGuard {
 pub enum NoTagSlot {
     /// Every slot of the server is in use.
     ServerFull,
-    /// The database holds `held` slots, its bound (`settings::tags_per_database`).
+    /// The database holds `held` slots, leaf_id.max_tags_per_database.
     DatabaseFull { held: usize },
+    /// The database holds `held` slots, at least its share, and the unheld
+    /// ones are kept for the other databases to reach theirs.
+    DatabaseShare { held: usize, share: usize },
     /// `loading` of the database's slots wait for their first refill, its
     /// bound: a caller may wait for one of them to be answered.
     DatabaseLoading { loading: usize },
@@ -686,10 +693,14 @@ impl Shared {
         let db = self.db(i);
         let dboid = db.dboid.load(SeqCst);
         dboid != 0
-            && db
-                .workers
-                .iter()
-                .all(|w| w.pid.load(SeqCst) == 0 && w.requested_at.load(SeqCst) == 0)
+            && db.workers.iter().all(|w| {
+                let asked = w.requested_at.load(SeqCst);
+                // (a worker registered and never attached: given up after
+                // the backends' grace, as they do)
+                w.pid.load(SeqCst) == 0
+                    && (asked == 0
+                        || crate::runtime::clock::unix_ms() - asked > WORKER_START_GRACE_MS)
+            })
             && db.copy_slots.iter().all(|c| c.idle())
             && matches!(
                 db.snowflake_state.load(SeqCst),
@@ -700,19 +711,19 @@ impl Shared {
     }
 
     /// Find the tag's slot in the database, or allocate one in Loading state,
-    /// within the database's bounds (`held` slots, `loading` of them
-    /// waiting for their first refill): one tenant inventing tag names, or
-    /// with more tags than its share, must not take the slots every database
-    /// shares. Returns (slot, epoch).
+    /// within the database's bounds (`settings::TagBounds`): one tenant
+    /// inventing tag names, or with more tags than its share, must not take
+    /// the slots every database shares. Returns (slot, epoch).
     pub fn find_or_allocate_tag(
         &self,
         dboid: u32,
         tag: &str,
-        (max_held, max_loading): (usize, usize),
+        bounds: settings::TagBounds,
     ) -> Result<(usize, u64), NoTagSlot> {
         let _g = self.lock_global();
         let (mut free, mut missing) = (None, None);
-        let (mut held, mut loading) = (0, 0);
+        let (mut held, mut loading, mut unheld) = (0, 0, 0);
+        let mut held_by: std::collections::HashMap<u32, usize> = Default::default();
         for i in 0..self.n_tags {
             let slot = self.tag(i);
             let owner = slot.dboid.load(SeqCst);
@@ -724,6 +735,11 @@ impl Shared {
                 held += 1;
                 loading += usize::from(status == TagStatus::Loading);
             }
+            if owner == 0 || status == TagStatus::Missing {
+                unheld += 1;
+            } else {
+                *held_by.entry(owner).or_default() += 1;
+            }
             if free.is_none() && owner == 0 {
                 free = Some(i);
             }
@@ -732,10 +748,40 @@ impl Shared {
             }
         }
         let i = free.or(missing).ok_or(NoTagSlot::ServerFull)?;
-        if held >= max_held {
+        if held >= bounds.max_held {
             return Err(NoTagSlot::DatabaseFull { held });
         }
-        if loading >= max_loading {
+        // beyond its share, only while every other database that uses
+        // leaf_id (a worker runs, or a tag is cached) can still reach its
+        // own, and one share stays for those that come (a free database
+        // slot, or one whose database has left it): a database below its
+        // share does not find the server full because of one above it
+        if held >= bounds.share {
+            let (mut kept_for_others, mut newcomers) = (0, false);
+            for d in 0..self.n_dbs {
+                let db = self.db(d);
+                let o = db.dboid.load(SeqCst);
+                if o == dboid {
+                    continue;
+                }
+                let theirs = held_by.get(&o).copied().unwrap_or(0);
+                if o != 0 && (theirs > 0 || db.any_worker()) {
+                    kept_for_others += bounds.share.saturating_sub(theirs);
+                } else {
+                    newcomers = true;
+                }
+            }
+            if newcomers {
+                kept_for_others += bounds.share;
+            }
+            if unheld <= kept_for_others {
+                return Err(NoTagSlot::DatabaseShare {
+                    held,
+                    share: bounds.share,
+                });
+            }
+        }
+        if loading >= bounds.max_loading {
             return Err(NoTagSlot::DatabaseLoading { loading });
         }
         let slot = self.tag(i);

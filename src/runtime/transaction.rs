@@ -25,13 +25,15 @@ use std::panic::AssertUnwindSafe;
 /// The catalog version (the extension's SQL objects) this library serves.
 pub const CATALOG_VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// The older catalogs the library still serves: 0.4.0 has opaque IDs but
+/// The older catalogs the library still serves: 0.5.0 differs only in
+/// `leaf_opaque_create`'s SQL (its Citus INSERT), so it serves everything;
+/// 0.4.0 has opaque IDs but
 /// no opaque grants, so it serves plain tags only (`catalog_has_grants_and_history`);
 /// 0.3.0 has no opaque IDs (`catalog_has_opaque`); 0.1.0's leaf_worker has no owner_token and
 /// 0.2.0's no pinned copies (`copies`, `holder_copy`), which snowflake mode
 /// needs, so those two serve segment mode only (`catalog_lacks_snowflake`);
 /// 0.1.0 also has no leaf_alloc_tuning (`catalog_is_legacy`).
-pub const OLDER_CATALOGS: &[&str] = &["0.1.0", "0.2.0", "0.3.0", "0.4.0"];
+pub const OLDER_CATALOGS: &[&str] = &["0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0"];
 
 /// The older catalogs snowflake mode cannot run on.
 const CATALOGS_WITHOUT_SNOWFLAKE: &[&str] = &["0.1.0", "0.2.0"];
@@ -58,7 +60,10 @@ pub fn catalog_lacks_snowflake() -> bool {
 
 /// Does the running job's catalog have opaque IDs (0.4.0 on)?
 pub fn catalog_has_opaque() -> bool {
-    matches!(JOB_CATALOG.with(|c| c.get()), None | Some("0.4.0"))
+    matches!(
+        JOB_CATALOG.with(|c| c.get()),
+        None | Some("0.4.0") | Some("0.5.0")
+    )
 }
 
 /// Does the running job's catalog have 0.5.0's `leaf_alloc.opaque_grant`
@@ -66,7 +71,7 @@ pub fn catalog_has_opaque() -> bool {
 /// that may decode it, so opaque tags are refused) and `leaf_alloc_encoding`
 /// (each tag's encoding and reserved end, kept when its row is deleted)?
 pub fn catalog_has_grants_and_history() -> bool {
-    JOB_CATALOG.with(|c| c.get()).is_none()
+    matches!(JOB_CATALOG.with(|c| c.get()), None | Some("0.5.0"))
 }
 
 /// The error of a job that needs the current catalog.
@@ -124,6 +129,7 @@ pub const OPTIONAL_FORCED_SETTINGS: &[(&CStr, &CStr)] = &[
 /// server has) for the rest of the worker's life, and, where Citus is
 /// loaded, `bound_citus_waits`.
 pub fn harden_session() {
+    force_session_user();
     for (name, value) in FORCED_SETTINGS {
         force(name, value);
     }
@@ -133,6 +139,26 @@ pub fn harden_session() {
         }
     }
     bound_citus_waits();
+}
+
+/// The bootstrap superuser as the session's user, before `role` is forced:
+/// a database owner may ALTER DATABASE ... SET session_authorization to any
+/// role (the worker connects as the bootstrap superuser, who may become
+/// anyone), and every job would run as that role. The setting's check looks
+/// the name up: in a transaction of its own (never called inside a job's).
+fn force_session_user() {
+    unsafe {
+        pg_sys::StartTransactionCommand();
+        let name =
+            pg_sys::GetUserNameFromId(pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID), false);
+        pg_sys::SetConfigOption(
+            c"session_authorization".as_ptr(),
+            name,
+            pg_sys::GucContext::PGC_SUSET,
+            pg_sys::GucSource::PGC_S_OVERRIDE,
+        );
+        pg_sys::CommitTransactionCommand();
+    }
 }
 
 fn force(name: &CStr, value: &CStr) {

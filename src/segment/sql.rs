@@ -86,11 +86,11 @@ fn cached_slot_by_map(sh: &Shared, dboid: u32, tag: &str) -> (usize, u64) {
 }
 
 /// The tag's slot, allocated if need be within the database's bounds
-/// (`settings::tags_per_database`): with as many of its tags waiting for a
+/// (`settings::TagBounds`): with as many of its tags waiting for a
 /// first refill as it may have, the call waits (up to
 /// leaf_id.refill_timeout) for one of them to be answered.
 fn allocate_slot(sh: &Shared, dboid: u32, tag: &str) -> (usize, u64) {
-    let bounds = crate::settings::tags_per_database(sh.n_tags());
+    let bounds = crate::settings::tag_bounds(sh.n_tags(), sh.n_dbs());
     let mut deadline: Option<Deadline> = None;
     loop {
         let found = sh
@@ -152,10 +152,19 @@ fn no_slot(sh: &Shared, refusal: NoTagSlot) -> ! {
                 "Raise leaf_id.max_tags_per_database (and leaf_id.max_tags), or delete unused tags from leaf_alloc.",
             ),
         ),
+        NoTagSlot::DatabaseShare { held, share } => raise(
+            limit,
+            format!(
+                "this database holds {held} leaf_id tag slots, at least its share of {share} (leaf_id.max_tags / leaf_id.max_databases), and the slots still unused are kept for the other databases to reach theirs"
+            ),
+            Some(
+                "Raise leaf_id.max_tags (and restart the server), lower leaf_id.max_databases, or delete unused tags from leaf_alloc.",
+            ),
+        ),
         NoTagSlot::DatabaseLoading { loading } => raise(
             limit,
             format!(
-                "{loading} leaf_id tags of this database wait for their first refill, as many as may at once (an eighth of leaf_id.max_tags_per_database, at least 8)"
+                "{loading} leaf_id tags of this database wait for their first refill, as many as may at once (half its share of leaf_id.max_tags / leaf_id.max_databases, at least 8)"
             ),
             Some(
                 "Tags that do not exist in leaf_alloc are answered by the background worker; see the server log if it is stuck.",

@@ -148,8 +148,13 @@ fn next_ids(want: i64, batch: bool) -> (i64, i64) {
             raise_recorded(code, message);
         }
         if state == SnowflakeState::NotRequested as u32 || state == SnowflakeState::Failed as u32 {
-            slot.snowflake_state
-                .store(SnowflakeState::Requested as u32, SeqCst);
+            // under the lock that gives database slots away: never into the
+            // slot of another database
+            let _g = sh.lock_global();
+            if slot.dboid.load(SeqCst) == backend::my_dboid() {
+                slot.snowflake_state
+                    .store(SnowflakeState::Requested as u32, SeqCst);
+            }
         }
         backend::ensure_worker(sh, db, Role::Snowflake);
         if deadline.passed() {

@@ -13,6 +13,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use CitusTap;
+use SegmentTap qw(try_sql);
 
 my ($coord, @workers) = citus_cluster();
 my @nodes = ($coord, @workers);
@@ -23,6 +24,11 @@ my @nodes = ($coord, @workers);
 # reaches the notices or the log. (Premise: the settings show a reference
 # table's INSERT with its literal.)
 $coord->safe_psql('postgres', 'CREATE TABLE leak_premise (v text); SELECT create_reference_table($$leak_premise$$)');
+# The workers log every statement they receive: the text their
+# pg_stat_activity shows while it runs (to pg_read_all_stats, and so to
+# pg_monitor). 0.5.0's INSERT ... VALUES sent the key as a literal there;
+# 0.5.1's INSERT ... SELECT goes as a COPY, the key in its binary data.
+$_->safe_psql('postgres', "ALTER SYSTEM SET log_statement = 'all'; SELECT pg_reload_conf()") for @workers;
 my $log_offset = -s $coord->logfile;
 my ($ret, $out, $err) = $coord->psql('postgres', q{
 SET citus.log_remote_commands = on; SET citus.log_local_commands = on;
@@ -43,11 +49,16 @@ for my $w (@workers)
 {
 	my $wlog = slurp_file($w->logfile);
 	ok($wlog !~ /\Q@{[substr($key, 0, 16)]}\E/i && $wlog !~ /\Q@{[substr($key, 16)]}\E/i,
-		'no part of the key in the log of ' . $w->name);
+		'no part of the key in the log of ' . $w->name . ' (every statement it received)');
 }
+
+$_->safe_psql('postgres', "ALTER SYSTEM RESET log_statement; SELECT pg_reload_conf()") for @workers;
 
 is($coord->safe_psql('postgres', q{SELECT leaf_opaque_create('shared_domain', bits => 53)}),
 	'shared_domain', 'a domain created on the coordinator');
+my $again = try_sql($coord, 'postgres', q{SELECT leaf_opaque_create('shared_domain', bits => 53)});
+is($again->{sqlstate}, '42710', 'creating it again: 42710 (the COPY to the nodes reports the unique violation)')
+  or diag $again->{err};
 is( $coord->safe_psql(
 		'postgres', q{
 SELECT count(DISTINCT result) || ':' || count(*) FROM run_command_on_placements('leaf_opaque_domain',

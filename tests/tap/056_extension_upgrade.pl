@@ -78,14 +78,15 @@ WITH members AS (
   FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'leaf_id'
   WHERE d.deptype = 'e')
 SELECT line FROM (
-  -- functions: full definition, comment, privileges
+  -- functions: full definition, comment, privileges (no ACL is the default:
+  -- a script's privilege block grants only what changes something)
   SELECT 'function ' || pg_get_functiondef(p.oid) || ' comment=' || coalesce(obj_description(p.oid, 'pg_proc'), '-')
-         || ' acl=' || coalesce(p.proacl::text, '-') AS line
+         || ' acl=' || (SELECT string_agg(x::text, ',' ORDER BY x::text) FROM unnest(coalesce(p.proacl, acldefault('f', p.proowner))) x) AS line
   FROM members m JOIN pg_proc p ON m.classid = 'pg_proc'::regclass AND p.oid = m.objid
   UNION ALL
   -- tables and views: kind, comment, privileges, view definition
   SELECT 'relation ' || c.relname || ' kind=' || c.relkind::text || ' comment=' || coalesce(obj_description(c.oid, 'pg_class'), '-')
-         || ' acl=' || coalesce(c.relacl::text, '-')
+         || ' acl=' || (SELECT string_agg(x::text, ',' ORDER BY x::text) FROM unnest(coalesce(c.relacl, acldefault('r', c.relowner))) x)
          || coalesce(' view=' || pg_get_viewdef(c.oid), '')
   FROM members m JOIN pg_class c ON m.classid = 'pg_class'::regclass AND c.oid = m.objid
   UNION ALL
@@ -193,7 +194,37 @@ $node->safe_psql('from030', q{INSERT INTO leaf_alloc (biz_tag, step, opaque_doma
 $r = try_sql($node, 'from030', "SELECT count(DISTINCT leaf_segment_next('new')) FROM generate_series(1, 50)");
 is($r->{out}, '50', 'a new opaque tag works after the update') or diag $r->{err};
 
-# --- from 0.4.0 (the previous version): opaque tags need a grant -------------------
+# --- from 0.5.0 (the previous version): leaf_opaque_create's SQL changed ---------
+# The 0.5.0 catalog is served whole (both modes, opaque tags with grants);
+# the update replaces leaf_opaque_create (on Citus its key no longer goes as
+# a literal: tests/citus/219) and keeps the domains, grants and tags.
+$node->safe_psql('postgres', 'CREATE DATABASE from050');
+$node->safe_psql('from050', q{
+CREATE EXTENSION leaf_id VERSION '0.5.0';
+SELECT leaf_opaque_create('d', 40);
+INSERT INTO leaf_alloc (biz_tag, step) VALUES ('u', 10);
+INSERT INTO leaf_alloc (biz_tag, step, opaque_domain, opaque_grant) VALUES ('o', 10, 'd', leaf_opaque_grant('d', 'o', 1));
+CREATE TABLE ids (phase int, id bigint);
+});
+$r = try_sql($node, 'from050',
+	"INSERT INTO ids SELECT 1, leaf_segment_next('u') FROM generate_series(1, 95); "
+	  . "INSERT INTO ids SELECT 1, leaf_opaque_decode('d', leaf_segment_next('o')) + 1000000 FROM generate_series(1, 95); "
+	  . "SELECT count(DISTINCT leaf_snowflake_next()) FROM generate_series(1, 50)");
+is($r->{out}, '50', 'both modes and an opaque tag work on the 0.5.0 catalog') or diag $r->{err};
+$node->safe_psql('from050', 'ALTER EXTENSION leaf_id UPDATE');
+is($node->safe_psql('from050', $describe), $fresh,
+	'the catalog updated from 0.5.0 equals a fresh install of ' . $version);
+$r = try_sql($node, 'from050',
+	"INSERT INTO ids SELECT 2, leaf_segment_next('u') FROM generate_series(1, 95); "
+	  . "INSERT INTO ids SELECT 2, leaf_opaque_decode('d', leaf_segment_next('o')) + 1000000 FROM generate_series(1, 95); "
+	  . "SELECT leaf_opaque_create('d2', 30)");
+is($r->{out}, 'd2', 'plain and opaque tags, and a new domain, work after the update from 0.5.0') or diag $r->{err};
+is( $node->safe_psql('from050',
+		'SELECT (SELECT min(id) FROM ids WHERE phase = 2 AND id < 1000000) > (SELECT max(id) FROM ids WHERE phase = 1 AND id < 1000000) '
+		  . 'AND (SELECT min(id) FROM ids WHERE phase = 2 AND id > 1000000) > (SELECT max(id) FROM ids WHERE phase = 1 AND id > 1000000)'),
+	't', 'after the update the plain and the opaque tag go on above their counters before');
+
+# --- from 0.4.0: opaque tags need a grant ------------------------------------------
 # On the 0.4.0 catalog the library serves plain tags only (no opaque_grant
 # column: nothing proves who set a tag's domain); the update gives the
 # opaque tags of 0.4.0 the grant of their max_id, and they go on.
@@ -252,12 +283,51 @@ $node->safe_psql('from040admin',
 	q{UPDATE leaf_alloc SET opaque_grant = leaf_opaque_grant(opaque_domain, biz_tag, max_id) WHERE biz_tag = 'o'});
 $r = try_sql($node, 'from040admin', "SELECT count(DISTINCT leaf_segment_next('o')) FROM generate_series(1, 20)");
 is($r->{out}, '20', 'the tag a superuser granted after checking it works') or diag $r->{err};
+# writers no ACL of leaf_alloc shows: a member of pg_write_all_data, and a
+# tag admin whose grant was revoked before the update (her planted copy
+# shares the victim's domain): no grant for either tag
+for my $case ('pgwrite', 'revoked')
+{
+	my $db = "from040$case";
+	$node->safe_psql('postgres', "CREATE DATABASE $db");
+	$node->safe_psql($db, qq{
+CREATE EXTENSION leaf_id VERSION '0.4.0';
+SELECT leaf_opaque_create('d', 40);
+INSERT INTO leaf_alloc (biz_tag, step, opaque_domain) VALUES ('o', 10, 'd');
+CREATE ROLE planter_$case;
+} . ($case eq 'pgwrite' ? "GRANT pg_write_all_data TO planter_$case;" : "GRANT INSERT ON leaf_alloc TO planter_$case;") . qq{
+SET ROLE planter_$case;
+INSERT INTO leaf_alloc (biz_tag, step, opaque_domain) VALUES ('mine', 10, 'd');
+RESET ROLE;
+} . ($case eq 'revoked' ? "REVOKE INSERT ON leaf_alloc FROM planter_$case;" : ''));
+	my ($cret, $cout, $cerr) = $node->psql($db, 'ALTER EXTENSION leaf_id UPDATE');
+	is($cret, 0, "$case: the update from 0.4.0 works");
+	like($cerr, $case eq 'pgwrite'
+		? qr/WARNING:  leaf_id: the opaque tags \{mine,o\} were not granted their domains by this update: \{planter_pgwrite\} could write leaf_alloc/
+		: qr/WARNING:  leaf_id: the opaque tags \{mine,o\} were not granted their domains by this update: each shares its domain with another tag/,
+		"$case: it grants neither tag, and says why") or diag $cerr;
+	$r = try_sql($node, $db, "SELECT leaf_segment_next('mine')");
+	is($r->{sqlstate}, '42501', "$case: the planted row draws nothing (42501)") or diag $r->{err};
+	# (roles are the server's: the next case has no such member)
+	$node->safe_psql('postgres', "REVOKE pg_write_all_data FROM planter_$case") if $case eq 'pgwrite';
+}
+
 # what the operator granted and revoked on 0.4.0 stays as it was
 is( $node->safe_psql('from040admin', q{SELECT
   has_table_privilege('tag_admin_040', 'leaf_alloc', 'INSERT') AND has_table_privilege('tag_admin_040', 'leaf_alloc', 'UPDATE'),
   has_function_privilege('support_040', 'leaf_opaque_decode(text, bigint)', 'EXECUTE'),
   has_function_privilege('support_040', 'leaf_segment_next(text)', 'EXECUTE')}),
 	't|t|f', 'the update keeps the operator\'s grants (tag admin, decoder) and her REVOKE from PUBLIC');
+# (two update scripts ran, 0.4.0 to 0.5.0 to 0.5.1: 0.5.0's privilege block
+# wrote the operator's grants into pg_init_privs, and the second one took
+# them back as the scripts'; pg_dump left out what pg_init_privs had)
+my $dump = `pg_dump --schema-only -d '@{[$node->connstr('from040admin')]}' 2>&1`;
+my @acl_lines = grep { /^(GRANT|REVOKE)/ } split /\n/, $dump;
+ok( (grep { /^GRANT .*INSERT.* ON TABLE public\.leaf_alloc TO tag_admin_040;/ } @acl_lines)
+	  && (grep { /^GRANT ALL ON FUNCTION public\.leaf_opaque_decode\(domain text, id bigint\) TO support_040;|^GRANT EXECUTE ON FUNCTION public\.leaf_opaque_decode\(.*\) TO support_040;/ } @acl_lines)
+	  && (grep { /^REVOKE .* ON FUNCTION public\.leaf_segment_next\(tag text\) FROM PUBLIC;|^REVOKE .*leaf_segment_next\(.*text\) FROM PUBLIC;/ } @acl_lines),
+	'pg_dump after the update has the operator\'s grants and her REVOKE (not taken for the scripts\')')
+  or diag join "\n", @acl_lines;
 is( $node->safe_psql('from040admin', q{SELECT has_function_privilege('support_040', 'leaf_segment_status()', 'EXECUTE'),
   has_function_privilege('pg_monitor', 'leaf_segment_status()', 'EXECUTE'),
   has_function_privilege('support_040', 'leaf_opaque_grant(text, text, bigint)', 'EXECUTE')}),

@@ -56,5 +56,31 @@ for my $setting (@settings)
 	$node->safe_psql('od', "SET ROLE olga; ALTER DATABASE od RESET $setting");
 }
 
+# session_authorization: the workers connect as the bootstrap superuser, who
+# may become any role, so the database's setting made them olga's (every job
+# then failed: permission denied for pg_namespace); they must stay the
+# bootstrap superuser (the client overrides it for itself)
+my $boot = $node->safe_psql('postgres', 'SELECT rolname FROM pg_roles WHERE oid = 10');
+my $r = try_sql($node, 'od', "SET ROLE olga; ALTER DATABASE od SET session_authorization = 'olga'");
+is($r->{ret}, 0, 'session_authorization: the database owner sets it to herself for od') or diag $r->{err};
+{
+	local $ENV{PGOPTIONS} = "$ENV{PGOPTIONS} -c session_authorization=$boot";
+	$node->safe_psql('od', "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+	  WHERE datname = 'od' AND backend_type LIKE 'leaf_id % worker'");
+	# who the refills run as: a trigger on leaf_alloc notes it
+	$node->safe_psql('od', q{
+CREATE TABLE public.refill_users (who text);
+CREATE FUNCTION public.note_refill_user() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS $$
+BEGIN INSERT INTO public.refill_users VALUES (session_user || '/' || current_user); RETURN NEW; END $$;
+CREATE TRIGGER note_refill_user BEFORE UPDATE ON leaf_alloc FOR EACH ROW EXECUTE FUNCTION public.note_refill_user();
+INSERT INTO leaf_alloc (biz_tag, step) VALUES ('sa', 10)});
+	$r = try_sql($node, 'od', "SELECT count(DISTINCT leaf_segment_next('sa')) FROM generate_series(1, 300);
+	  SELECT count(DISTINCT leaf_snowflake_next()) FROM generate_series(1, 300)", timeout => 60);
+	is($r->{out}, "300\n300", 'session_authorization = olga: segment refills and snowflake IDs go on') or diag $r->{err};
+	is($node->safe_psql('od', "SELECT string_agg(DISTINCT who, ',') FROM public.refill_users"),
+		"$boot/$boot", "session_authorization = olga: the segment worker's refills run as $boot (session and current user)");
+	$node->safe_psql('od', 'ALTER DATABASE od RESET session_authorization');
+}
+
 $node->stop;
 done_testing();

@@ -1,6 +1,7 @@
 # One tenant cannot take the shared slots from the others (issue 27, item 6).
 # Tag slots and database slots are shared by every database of the server;
-# here leaf_id.max_tags = 64 and leaf_id.max_databases = 3.
+# here leaf_id.max_tags = 64 and leaf_id.max_databases = 3, so a database's
+# share is 21 (leaf_id.max_tags_per_database = -1, the default).
 #  A. The flood: mallory, a role with nothing but CONNECT, runs 4 sessions in
 #     database flood that invent tag names with leaf_id.refill_timeout = 1 ms
 #     (every call gives up at once and leaves its slot waiting for the first
@@ -9,13 +10,20 @@
 #     waits for the lock (5 s). Meanwhile a new tag in database victim must
 #     still work (without a bound per database the invented tags took every
 #     slot: 53400 "all 64 leaf_id tag slots are in use"); mallory's own
-#     calls get 53400 naming the bound (leaf_id.max_tags_per_database's
-#     eighth, at least 8, may wait for their first refill at once).
+#     calls get 53400 naming the bound (half a share, at least 8, of a
+#     database's tags may wait for their first refill at once).
 #  B. Once the worker is free again the invented tags are answered (42704,
 #     looked up for all waiting tags in one transaction) and flood works.
-#  C. The tag admin inserts 70 real tags and draws from each: at most
-#     leaf_id.max_tags_per_database (default: half of leaf_id.max_tags) get a
-#     slot, the rest 53400 naming that setting; victim still gets a new tag.
+#  C. Two greedy databases: the tag admin of flood and a superuser in
+#     database greedy each insert 70 real tags and draw from each, while a
+#     session in victim draws. Beyond its share a database gets a slot only
+#     while every other database that uses leaf_id (a worker runs, or a tag
+#     is cached) can still reach its share and one share stays for a
+#     newcomer: the rest get 53400 naming the share, and victim can then
+#     still make and use 19 new tags, up to its share. (With half of
+#     max_tags per database, as first built, the two could take every slot;
+#     a database whose worker has left it counts as a newcomer: the
+#     newcomers share one share.)
 #  D. Database slots: flood and victim hold two of the three (and postgres,
 #     where the extension was created, may hold the third); d3 and then d4
 #     get one once the workers of a database have left it (idle): they got
@@ -45,8 +53,9 @@ CREATE DATABASE flood;
 CREATE DATABASE victim;
 CREATE DATABASE d3;
 CREATE DATABASE d4;
+CREATE DATABASE greedy;
 });
-for my $db (qw(flood victim d3 d4))
+for my $db (qw(flood victim d3 d4 greedy))
 {
 	$node->safe_psql($db, 'CREATE EXTENSION leaf_id');
 }
@@ -97,7 +106,7 @@ BEGIN
       GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE;
       IF st = '53400' THEN
         GET STACKED DIAGNOSTICS st = MESSAGE_TEXT;
-        st := '53400 ' || CASE WHEN st LIKE '%max_tags_per_database%' THEN 'bound' ELSE st END;
+        st := '53400 ' || CASE WHEN st LIKE '%wait for their first refill%' THEN 'bound' ELSE st END;
       END IF;
     END;
     INSERT INTO states VALUES (st);
@@ -143,10 +152,19 @@ my $loading = $node->safe_psql('flood', "SELECT count(*) FROM leaf_segment_statu
 ok(wait_until(20, sub { $node->safe_psql('flood', "SELECT count(*) FROM leaf_segment_status WHERE status = 'loading'") == 0 }),
 	"B: no invented tag of the flood is left waiting for a first refill (were $loading)");
 
-# --- C. a tag admin with many real tags
-$node->safe_psql('flood', q{SET ROLE ta;
-INSERT INTO leaf_alloc (biz_tag, step) SELECT 'real_' || g, 10 FROM generate_series(1, 70) g});
-$r = try_sql($node, 'flood', q{SET ROLE ta;
+# --- C. two greedy databases (victim in use meanwhile: a session draws)
+my $drawer = start_client($node, 'victim', 'drawer', q{
+DO $$
+DECLARE t0 timestamptz := clock_timestamp();
+BEGIN
+  WHILE clock_timestamp() < t0 + interval '40 s' AND NOT EXISTS (SELECT 1 FROM leaf_alloc WHERE biz_tag = 'stop') LOOP
+    PERFORM leaf_segment_next('new1');
+    PERFORM pg_sleep(0.1);
+  END LOOP;
+END $$;
+}, timeout => 60);
+sleep 1;
+my $greedy_sql = q{
 CREATE TEMP TABLE got (s text);
 DO $$
 DECLARE st text;
@@ -157,20 +175,32 @@ BEGIN
       st := 'ok';
     EXCEPTION WHEN OTHERS THEN
       GET STACKED DIAGNOSTICS st = MESSAGE_TEXT;
-      st := CASE WHEN st LIKE '%max_tags_per_database%' THEN 'bound' ELSE st END;
+      st := CASE WHEN st LIKE '%its share of 21%' THEN 'share' ELSE st END;
     END;
     INSERT INTO got VALUES (st);
   END LOOP;
 END $$;
-SELECT s || ': ' || count(*) FROM got GROUP BY s ORDER BY s}, timeout => 120);
-my %got = map { /^(.*): (\d+)$/ ? ($1 => $2) : () } split /\n/, $r->{out};
-note "C: the tag admin's 70 tags: " . join(', ', map { "$_ $got{$_}" } sort keys %got);
-ok(($got{ok} // 0) <= 32 && ($got{ok} // 0) >= 20, 'C: at most 32 of them got a slot (half of 64)');
-is(($got{ok} // 0) + ($got{bound} // 0), 70, 'C: the others got the bound of the database (53400 naming leaf_id.max_tags_per_database)')
-  or diag $r->{err};
-$node->safe_psql('victim', "INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('new3', 3000, 10)");
-$r = try_sql($node, 'victim', "SELECT leaf_segment_next('new3')");
-is($r->{out}, '3000', 'C: a new tag of database victim still works') or diag $r->{err};
+SELECT s || ': ' || count(*) FROM got GROUP BY s ORDER BY s};
+$node->safe_psql('flood', q{SET ROLE ta;
+INSERT INTO leaf_alloc (biz_tag, step) SELECT 'real_' || g, 10 FROM generate_series(1, 70) g});
+$node->safe_psql('greedy', q{INSERT INTO leaf_alloc (biz_tag, step) SELECT 'real_' || g, 10 FROM generate_series(1, 70) g});
+for my $db ('flood', 'greedy')
+{
+	$r = try_sql($node, $db, ($db eq 'flood' ? 'SET ROLE ta;' : '') . $greedy_sql, timeout => 120);
+	my %got = map { /^(.*): (\d+)$/ ? ($1 => $2) : () } split /\n/, $r->{out};
+	note "C: $db\'s 70 tags: " . join(', ', map { "$_ $got{$_}" } sort keys %got);
+	cmp_ok($got{ok} // 0, '>=', 15, "C: $db gets slots for its tags, about its share");
+	is(($got{ok} // 0) + ($got{share} // 0), 70, "C: $db: the others got 53400 naming its share")
+	  or diag $r->{err};
+}
+$node->safe_psql('victim', "INSERT INTO leaf_alloc (biz_tag, max_id, step) SELECT 'v' || g, 5000 + 100 * g, 10 FROM generate_series(1, 19) g");
+$r = try_sql($node, 'victim', "SELECT count(DISTINCT leaf_segment_next('v' || g)) FROM generate_series(1, 19) g");
+is($r->{out}, '19', 'C: victim still makes and uses 19 new tags (with new1 and new2: its share of 21)') or diag $r->{err};
+$node->safe_psql('victim', "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('stop', 1)");
+finish_clients(30, $drawer);
+is($drawer->{rc}, 0, 'C: victim drew all along') or diag $drawer->{stderr};
+ok(wait_until(30, sub { worker_pid($node, 'flood') eq '' && worker_pid($node, 'greedy') eq '' }),
+	'C: the workers of flood and greedy leave them (idle)');
 
 # --- D. database slots
 $node->safe_psql('d3', "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('d', 10)");
