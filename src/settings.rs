@@ -24,6 +24,7 @@ pub static HEARTBEAT_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(1000);
 pub static LEASE_AHEAD: GucSetting<i32> = GucSetting::<i32>::new(3000);
 pub static TEST_CLOCK_OFFSET_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
 pub static TEST_FAULT_POINT: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+pub static TEST_MARKS: GucSetting<i32> = GucSetting::<i32>::new(0);
 
 /// `preloading`: PGC_POSTMASTER settings can only be defined while
 /// shared_preload_libraries is processed; loaded later (a misconfiguration
@@ -229,6 +230,16 @@ fn register_postmaster_settings() {
         &MAX_DATABASES,
         1,
         10_000,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"leaf_id.test_marks",
+        c"Tests only: the number of reserved-range marks in shared memory; 0 = 4 per leaf_id.max_tags, at least 16384.",
+        c"Lets a test fill the marks with a few tags. Requires a restart.",
+        &TEST_MARKS,
+        0,
+        1_000_000,
         GucContext::Postmaster,
         GucFlags::default(),
     );

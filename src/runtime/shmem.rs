@@ -298,6 +298,11 @@ pub struct ReservedMark {
     dboid: AtomicU32,
     tag_hash: AtomicU64,
     end: AtomicI64,
+    /// The refill that last raised `end` also recorded it in the tag's
+    /// `leaf_alloc_encoding.reserved_end`, in its transaction: the mark may
+    /// be reused for another tag when all are taken (every later refill
+    /// starts at or above the recorded end).
+    durable: AtomicBool,
 }
 
 /// FNV-1a: stable across processes (unlike a randomly keyed hasher).
@@ -310,7 +315,10 @@ pub fn tag_hash(tag: &str) -> u64 {
 /// Marks kept: 4 per tag slot, at least 16384 (tags deleted and created
 /// again, over all databases, in one server lifetime).
 fn n_marks(n_tags: usize) -> usize {
-    (4 * n_tags).max(16_384)
+    match settings::TEST_MARKS.get() {
+        n if n > 0 => n as usize,
+        _ => (4 * n_tags).max(16_384),
+    }
 }
 
 #[repr(C)]
@@ -870,20 +878,33 @@ impl Shared {
     }
 
     /// Remember that the tag's ranges now reach `end`. Call before the range
-    /// is published.
-    pub fn record_reserved(&self, dboid: u32, tag: &str, end: i64) -> Result<(), MarksFull> {
+    /// is published. `durable`: the same transaction records `end` in the
+    /// tag's `leaf_alloc_encoding` row. With every mark taken, a durable
+    /// one is reused (this database's first): a tag admin who creates tag
+    /// names by the thousand must not stop every database's new tags.
+    pub fn record_reserved(
+        &self,
+        dboid: u32,
+        tag: &str,
+        end: i64,
+        durable: bool,
+    ) -> Result<(), MarksFull> {
         let _g = self.lock_global();
         if let Some(m) = self.find_mark(dboid, tag) {
             m.end.fetch_max(end, SeqCst);
+            m.durable.store(durable, SeqCst);
             return Ok(());
         }
-        let free = (0..n_marks(self.n_tags))
-            .map(|i| self.mark(i))
+        let marks = || (0..n_marks(self.n_tags)).map(|i| self.mark(i));
+        let taken = marks()
             .find(|m| m.dboid.load(SeqCst) == 0)
+            .or_else(|| marks().find(|m| m.dboid.load(SeqCst) == dboid && m.durable.load(SeqCst)))
+            .or_else(|| marks().find(|m| m.durable.load(SeqCst)))
             .ok_or(MarksFull)?;
-        free.tag_hash.store(tag_hash(tag), SeqCst);
-        free.end.store(end, SeqCst);
-        free.dboid.store(dboid, SeqCst);
+        taken.tag_hash.store(tag_hash(tag), SeqCst);
+        taken.end.store(end, SeqCst);
+        taken.durable.store(durable, SeqCst);
+        taken.dboid.store(dboid, SeqCst);
         Ok(())
     }
 

@@ -327,7 +327,14 @@ impl SegmentJobs {
                 )?;
                 // remembered before the commit makes the range usable: if the
                 // commit fails the mark only leaves a gap
-                remember_reserved(ctx.dboid, &tag, r.end)?;
+                // (durable where this transaction records r.end in the
+                // tag's leaf_alloc_encoding row: catalog 0.5.0 on)
+                remember_reserved(
+                    ctx.dboid,
+                    &tag,
+                    r.end,
+                    crate::runtime::transaction::catalog_has_grants_and_history(),
+                )?;
                 Ok(r)
             })
             .map_err(|e| explain_unreachable(e, &format!("refill tag \"{tag}\""), "leaf_alloc"))

@@ -450,7 +450,8 @@ pub(crate) fn take_from_reserve(
         match kept.take(tag, oid, max_id, want) {
             Ok((start, len)) => {
                 save_reserve(dboid, kept)?;
-                remember_reserved(dboid, tag, start + len)?;
+                // (no transaction records it)
+                remember_reserved(dboid, tag, start + len, false)?;
                 Ok(Some(Reserved {
                     start,
                     len,
@@ -526,18 +527,25 @@ pub(crate) fn save_tuned_step(tag: &str, step: i64) {
 }
 
 /// Record the end of a reservation in shared memory (inside its transaction).
-pub(crate) fn remember_reserved(dboid: u32, tag: &str, end: i64) -> Result<(), JobError> {
+/// `durable`: the transaction also records `end` in the tag's
+/// `leaf_alloc_encoding` row (`Shared::record_reserved`).
+pub(crate) fn remember_reserved(
+    dboid: u32,
+    tag: &str,
+    end: i64,
+    durable: bool,
+) -> Result<(), JobError> {
     let sh = shared().expect("shared memory");
-    if sh.record_reserved(dboid, tag, end).is_ok()
+    if sh.record_reserved(dboid, tag, end, durable).is_ok()
         || (sh.forget_marks_of_dropped_databases(database_exists)
-            && sh.record_reserved(dboid, tag, end).is_ok())
+            && sh.record_reserved(dboid, tag, end, durable).is_ok())
     {
         return Ok(());
     }
     Err(JobError::new(
         PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
         format!(
-            "leaf_id cannot remember the reserved ranges of another tag: all {} marks (4 per leaf_id.max_tags, at least 16384) are in use by tags of this server lifetime; raise leaf_id.max_tags and restart the server",
+            "leaf_id cannot remember the reserved ranges of another tag: all {} marks (4 per leaf_id.max_tags, at least 16384) are in use by tags of this server lifetime whose ends no table records (catalogs older than 0.5.0); raise leaf_id.max_tags and restart the server, or update the extension (ALTER EXTENSION leaf_id UPDATE)",
             sh.n_marks()
         ),
     ))

@@ -221,4 +221,36 @@ is_deeply([ duplicates(@d3[5 .. 9], @d3b[1 .. $#d3b]) ], [], "D: no snowflake ID
 ok($d3b[1] > $d3[9], "D: d3's snowflake IDs go on above its earlier ones");
 
 $node->stop;
+
+# --- E. the reserved-range marks (here 32: leaf_id.test_marks)
+# A tag admin's tags fill them: with a catalog that records each tag's end
+# (0.5.0 on), a mark of such a tag is reused, so her 50 tags and another
+# database's new tag all work (every mark taken stopped every database's
+# new tags with 53400 until a restart: reproduced with 16,384 tag names by
+# the review); a tag whose mark went on above its recorded end, re-created
+# lower, repeats no ID.
+my $m = leaf_node('marks', q{
+leaf_id.max_tags = 64
+leaf_id.max_tags_per_database = 64
+leaf_id.test_marks = 32
+leaf_id.tag_resync_interval = 1
+});
+$m->safe_psql('postgres', 'CREATE DATABASE other');
+$m->safe_psql('other', 'CREATE EXTENSION leaf_id');
+$m->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) SELECT 'm' || g, 10 FROM generate_series(1, 50) g});
+my @m1 = split /\n/, $m->safe_psql('postgres', q{SELECT leaf_segment_next('m1') FROM generate_series(1, 5)});
+$r = try_sql($m, 'postgres', q{SELECT count(leaf_segment_next('m' || g)) FROM generate_series(1, 50) g});
+is($r->{out}, '50', 'E: 50 tags with 32 marks all get IDs') or diag $r->{err};
+$m->safe_psql('other', "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('o', 10)");
+$r = try_sql($m, 'other', "SELECT leaf_segment_next('o')");
+is($r->{out}, '1', 'E: and a new tag of another database') or diag $r->{err};
+# m1's mark is long reused; it is deleted and inserted again at max_id 1
+$m->safe_psql('postgres', "DELETE FROM leaf_alloc WHERE biz_tag = 'm1'");
+ok(wait_until(20, sub { (try_sql($m, 'postgres', "SELECT leaf_segment_next('m1')")->{sqlstate} // '') eq '42704' }),
+	'E: m1 deleted: 42704');
+$m->safe_psql('postgres', "INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('m1', 1, 10)");
+my @m1b = split /\n/, $m->safe_psql('postgres', q{SELECT leaf_segment_next('m1') FROM generate_series(1, 5)});
+ok(@m1b == 5 && $m1b[0] > $m1[-1] && !grep({ my $x = $_; grep { $_ == $x } @m1 } @m1b),
+	"E: m1 re-created lower starts above its earlier IDs (@m1b after @m1)");
+$m->stop;
 done_testing();
