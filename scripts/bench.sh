@@ -4,7 +4,7 @@
 #   bash scripts/bench.sh                  # full run, about 14 minutes on 2 cores
 #   BENCH_QUICK=1 bash scripts/bench.sh    # quick check of the suite, about 4 minutes
 #   BENCH_SECTIONS=multinode bash scripts/bench.sh   # only section 7, about 5 minutes
-#   PG_MAJOR=18 bash scripts/bench.sh      # on PostgreSQL 18 (target/pg18, scripts/pg18.sh),
+#   PG_MAJOR=18 bash scripts/bench.sh      # on PostgreSQL 18 (target/pg18, scripts/pg-server.sh),
 #                                          # with uuidv7() as a competitor; writes
 #                                          # docs/BENCHMARKS-pg18.md (no section 7: Citus is on 15)
 #
@@ -44,8 +44,8 @@ export BENCH_PORT=${BENCH_PORT:-28870}
 # the chart needs matplotlib: Debian's package, since Debian's Python refuses
 # pip installs into the system (PEP 668); so the scripts run with Debian's
 # python3, whatever else PATH offers
-if [ "${PG_MAJOR:-15}" = 18 ] && [ -z "${PG_CONFIG:-}" ]; then
-  bash scripts/pg18.sh >/dev/null
+if [ -z "${PG_CONFIG:-}" ]; then
+  bash scripts/pg-server.sh "${PG_MAJOR:-15}" >/dev/null
 fi
 bash scripts/setup.sh python3-matplotlib
 PYTHON=/usr/bin/python3

@@ -8,7 +8,10 @@
 # depend on the machine's locale.
 . "$(dirname "${BASH_SOURCE[0]}")/pg.sh"
 
-as_pg() { runuser -u postgres -- "$@"; }
+# as the postgres OS user; with the server's own libraries first
+# (PG_LD_LIBRARY_PATH, scripts/pg.sh) where it has them: a wheel's
+# walreceiver would load the system's libpq otherwise
+as_pg() { runuser -u postgres -- env ${PG_LD_LIBRARY_PATH:+LD_LIBRARY_PATH="$PG_LD_LIBRARY_PATH"} "$@"; }
 
 # cluster_init DIR PORT: a fresh cluster with leaf_id preloaded.
 cluster_init() {

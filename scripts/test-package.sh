@@ -13,18 +13,21 @@
 # leaf_id. Run it while no other server on the machine needs to load leaf_id
 # (the test command runs it between its suites).
 #
-# For the server scripts/pg.sh picks (PG_MAJOR=18, PG_CONFIG). A major with
-# no Debian server package here (18 on bookworm: built from source) cannot
-# be installed with apt-get (the package depends on postgresql-18): the test
-# checks that the payload is exactly the files at that server's pg_config
-# directories and that the package depends on postgresql-18, unpacks it into
-# the server with dpkg-deb -x, and draws IDs as above.
+# For the server scripts/pg.sh picks (PG_MAJOR=16..18, PG_CONFIG). A major
+# with no Debian server package here (16, 17, 18 on bookworm: from wheels or
+# built from source) cannot be installed with apt-get (the package depends on
+# postgresql-NN): the test checks that the payload is exactly the files at
+# that server's pg_config directories and that the package depends on
+# postgresql-NN, unpacks it with dpkg-deb -x into target/package-unpack-pgNN,
+# copies its files (only they) into the server, checks that no directory on
+# their paths changed, and draws IDs as above.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 . scripts/cluster.sh
 NAME=postgresql-$PG_MAJOR-leaf-id
 DATA=$ROOT/target/package-cluster$PG_SUFFIX
+UNPACK=$ROOT/target/package-unpack$PG_SUFFIX
 # apt-get can install the package only where the server is a Debian package
 if dpkg -s "postgresql-$PG_MAJOR" >/dev/null 2>&1; then VIA_APT=1; else VIA_APT=0; fi
 PORT=${PACKAGE_PORT:-28880}
@@ -37,8 +40,8 @@ restore() {
   cluster_stop "$DATA" immediate || true
   if installed; then dpkg -r "$NAME" >/dev/null 2>&1 || rc=1; fi
   echo "test-package: putting the plain install back (scripts/install.sh)"
-  bash scripts/install.sh >/tmp/leaf-id-test-package-install.log 2>&1 ||
-    { tail -n 20 /tmp/leaf-id-test-package-install.log; rc=1; }
+  bash scripts/install.sh >"$ROOT/target/package-install$PG_SUFFIX.log" 2>&1 ||
+    { tail -n 20 "$ROOT/target/package-install$PG_SUFFIX.log"; rc=1; }
   exit "$rc"
 }
 trap restore EXIT
@@ -61,8 +64,38 @@ if [ "$VIA_APT" = 0 ]; then
   want=$(printf '%s\n' "${expected[@]}" | sort)
   [ "$payload" = "$want" ] || fail "the payload is not the files at $PG_CONFIG's directories:
 $(diff <(echo "$want") <(echo "$payload"))"
-  echo "test-package: no Debian package postgresql-$PG_MAJOR here: the payload is the ${#expected[@]} files at its pg_config directories; unpacking it into the server (dpkg-deb -x)"
-  dpkg-deb -x "$DEB" /
+  echo "test-package: no Debian package postgresql-$PG_MAJOR here: the payload is the ${#expected[@]} files at its pg_config directories; unpacking it into the server (dpkg-deb -x into $UNPACK, then the files only)"
+  # Not dpkg-deb -x into /: it also sets the mode of every directory on the
+  # payload's paths (/, /work, /tmp... when the checkout is below them) to the
+  # package's 0755. A test changes no directory outside the checkout and its
+  # own servers: only the files are copied, by rename (as scripts/install.sh,
+  # so that running servers keep the library they mapped), into directories
+  # that exist; the modes of those directories and their ancestors are checked.
+  modes() {
+    local f d
+    for f in "${expected[@]}"; do
+      d=$(dirname "$f")
+      while :; do
+        stat -c '%a %U:%G %n' "$d"
+        [ "$d" != / ] || break
+        d=$(dirname "$d")
+      done
+    done | sort -u
+  }
+  before=$(modes)
+  rm -rf "$UNPACK"
+  mkdir -p "$UNPACK"
+  dpkg-deb -x "$DEB" "$UNPACK"
+  for f in "${expected[@]}"; do
+    [ -d "$(dirname "$f")" ] || fail "$(dirname "$f") (the server's directory for $(basename "$f")) does not exist"
+    cp "$UNPACK$f" "$f.leaf_id_tmp"
+    chmod 0644 "$f.leaf_id_tmp"
+    mv -f "$f.leaf_id_tmp" "$f"
+  done
+  rm -rf "$UNPACK"
+  after=$(modes)
+  [ "$before" = "$after" ] || fail "unpacking changed directories:
+$(diff <(echo "$before") <(echo "$after"))"
   cmp -s "$LIB" "target/debian/$NAME$LIB" || fail "the unpacked library differs from the packaged one"
 fi
 

