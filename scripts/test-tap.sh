@@ -102,4 +102,5 @@ cd "$WORK"
   ${PG_TEST_NOCLEAN:+PG_TEST_NOCLEAN=1} \
   with_ssl=no with_gssapi=no with_icu=no enable_injection_points=no \
   LEAF_ID_TAP_ROOT="$ROOT" \
+  ${LEAF_ID_UPGRADE_FROM+LEAF_ID_UPGRADE_FROM="$LEAF_ID_UPGRADE_FROM"} \
   prove -I "$PERL_LIB" "${includes[@]}" ${PROVE_FLAGS:-} "${tests[@]}"

@@ -45,12 +45,12 @@ for my $s (@survivors)
 	start_drawing($s->[0], "$s->[1]_seg", 'segment');
 	start_drawing($s->[0], "$s->[1]_snow", 'snowflake');
 }
-sleep 3;
+sleep_full(3);
 
 # --- worker2 dies ------------------------------------------------------------
 my $t_kill = time;
 $w2->kill9;
-sleep 12;
+sleep_full(12);
 my $t_after = time;
 my %gone;    # how long each session issued after the kill
 for my $s (@survivors)
@@ -107,7 +107,7 @@ for my $s (@survivors)
 		ok($first > 0 && $first - $t_disable < 5, "$session resumes by itself within 5 s of citus_disable_node of worker2");
 	}
 }
-sleep 2;
+sleep_full(2);
 
 # --- worker2 returns ---------------------------------------------------------
 $w2->start;
@@ -161,7 +161,7 @@ for my $session ('w2_seg', 'w2_snow')
 	note sprintf('%s: first ID %.2f s after citus_activate_node', $session, $first - $t_back) if $first;
 	ok($first > 0, "$session: worker2 issues again after it returned");
 }
-sleep 4;
+sleep_full(4);
 stop_drawing();
 
 for my $n ($coord, $w1, $w2)

@@ -45,7 +45,7 @@ my @survivors = ([ $coord, 'coord' ], [ $w1, 'w1' ]);
 $_->[0]->safe_psql('postgres', q{SELECT count(leaf_segment_next('dn')) FROM generate_series(1, 30)}) for @survivors;
 start_drawing($_->[0], "$_->[1]_snow", 'snowflake') for @survivors;
 start_drawing($_->[0], "$_->[1]_seg", 'segment') for @survivors;
-sleep 2;
+sleep_full(2);
 
 # --- a refill of the coordinator waits on worker2 --------------------------------
 $coord->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) VALUES ('inflight', 10)});
@@ -66,7 +66,7 @@ ok( wait_until(
 my $t_stop = time;
 my @pids = stop_node($w2);
 cmp_ok(scalar @pids, '>', 1, 'premise: worker2\'s postmaster and its children are found');
-sleep 12;
+sleep_full(12);
 my $t_after = time;
 for my $s (@survivors)
 {
@@ -120,7 +120,7 @@ for my $s (@survivors)
 }
 start_drawing($w2, 'w2_seg', 'segment');
 start_drawing($w2, 'w2_snow', 'snowflake');
-sleep 4;
+sleep_full(4);
 stop_drawing();
 
 # --- no ID twice -------------------------------------------------------------

@@ -68,7 +68,7 @@ ok( wait_until(
 			  > 100;
 		}),
 	'worker2 issues snowflake IDs');
-sleep 2;
+sleep_full(2);
 stop_drawing();
 is($w2->safe_psql('postgres', 'SELECT worker_id FROM leaf_snowflake_status'), $id, "worker2 holds id $id");
 

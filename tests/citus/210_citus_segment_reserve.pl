@@ -68,7 +68,7 @@ sub reserve_left
 
 # --- the cluster is whole: the reserves fill ---------------------------------------
 start_drawing($_->[0], "$_->[1]_warm", 'segment') for @survivors;
-sleep 3;
+sleep_full(3);
 stop_drawing();
 for my $s (@survivors)
 {
@@ -99,7 +99,7 @@ $copy->start;
 my $dboid = $w1->safe_psql('postgres', q{SELECT oid FROM pg_database WHERE datname = 'postgres'});
 ok(-e $copy->data_dir . "/pgsql_tmp_leaf_id_reserve_$dboid", "premise: the copy has worker1's reserve file");
 start_drawing($_->[0], "$_->[1]_dead", 'segment') for (@survivors, [ $copy, 'copy' ]);
-sleep 4;
+sleep_full(4);
 stop_drawing();
 my $t_after = time;
 for my $s (@survivors)
@@ -142,7 +142,7 @@ for my $s (@survivors)
 			}),
 		"$s->[1]: refused once its reserve is used up");
 }
-sleep 1;
+sleep_full(1);
 stop_drawing();
 for my $s (@survivors)
 {
@@ -167,7 +167,7 @@ for my $s ([ $coord, 'coord' ], [ $w1, 'w1' ], [ $w2, 'w2' ])
 			sub { ($first = first_ok_after($s->[0], "$s->[1]_back", $t_back)) > 0 }),
 		"$s->[1] issues segment IDs again by itself once worker2 is back");
 }
-sleep 2;
+sleep_full(2);
 stop_drawing();
 for my $s (@survivors)
 {

@@ -82,7 +82,7 @@ kill 'CONT', @pids;
 $holder->query('ROLLBACK');
 $holder->quit;
 my $t_cont = time;
-sleep 3;
+sleep_full(3);
 stop_drawing();
 for my $s (@survivors)
 {

@@ -58,13 +58,13 @@ DELETE FROM leaf_alloc_encoding WHERE biz_tag = 'rc'");
 # on, inside the coordinator's reserve, before the coordinator refills
 $w1->append_conf('postgresql.conf', "leaf_id.citus_reserve = 0\n");
 $w1->reload;
-sleep 1;
+sleep_full(1);
 push @issued, split /\n/,
   $w1->safe_psql('postgres', q{SELECT leaf_segment_next('rc') FROM generate_series(1, 250)});
 cmp_ok($issued[-1], '<', $before->[-1][1], "premise: worker1's IDs reach into the coordinator's reserve");
 $coord->append_conf('postgresql.conf', "leaf_id.test_fault_point = 'after_refill_commit'\n");
 $coord->reload;
-sleep 1;
+sleep_full(1);
 # draw through the cached segments to a refill: the worker crashes after its
 # commit, and so does this session
 my $r = try_sql($coord, 'postgres', q{SELECT count(leaf_segment_next('rc')) FROM generate_series(1, 300)});

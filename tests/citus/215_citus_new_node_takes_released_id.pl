@@ -69,7 +69,7 @@ ok( wait_until(
 			  > 100;
 		}),
 	'worker3 issues snowflake IDs');
-sleep 2;
+sleep_full(2);
 stop_drawing();
 is($w3->safe_psql('postgres', 'SELECT worker_id FROM leaf_snowflake_status'), $id, "worker3 holds id $id");
 

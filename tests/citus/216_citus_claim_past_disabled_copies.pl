@@ -97,7 +97,7 @@ ok( wait_until(
 			return keys(%coord_ms) >= 20;
 		}),
 	"once the nodes are active again, the coordinator issues with id $id");
-sleep 1;
+sleep_full(1);
 
 stop_drawing();
 my ($coord_first) = sort { $a <=> $b } keys %coord_ms;

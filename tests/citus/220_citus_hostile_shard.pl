@@ -69,7 +69,7 @@ is(superuser_runs($w2), '0,f', 'premise: planting ran nothing of mallory\'s as a
 
 # several heartbeats: the coordinator's and worker1's renewals reach worker2
 my $offset = -s $coord->logfile;
-sleep 4;
+sleep_full(4);
 is(superuser_runs($w2), '0,f', 'after renewals from every node: nothing of mallory\'s ran as a superuser on worker2');
 for my $n ($coord, $w1)
 {

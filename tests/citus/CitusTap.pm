@@ -25,7 +25,22 @@ our @EXPORT = qw(
   run_sessions leaf_worker_id_of start_after_kill9
   DRAWLOG_SQL start_drawing stop_drawing summary first_ok_after
   shard_of hold_shard_row stop_node snowflake_wids_of snowflake_calls
+  sleep_full
 );
+
+# Sleep $seconds in full: Perl's sleep returns early when a signal comes (a
+# client process ending sends SIGCHLD), which cut a 12 s wait to 2.8 s on
+# PostgreSQL 17 and made the test look at the wrong interval.
+sub sleep_full
+{
+	my ($seconds) = @_;
+	my $until = Time::HiRes::time() + $seconds;
+	while ((my $left = $until - Time::HiRes::time()) > 0)
+	{
+		Time::HiRes::sleep($left);
+	}
+	return;
+}
 
 # The one documented set-up statement, run on the coordinator after
 # CREATE EXTENSION leaf_id: the two shared tables become reference tables

@@ -22,7 +22,39 @@ our @EXPORT = qw(
   wait_for_server read_ids_file start_load issued_count
   kill9_under_load no_duplicates_over_all_rounds
   session session_query status_tags
+  insert_snowflake_ids phase_above
 );
+
+# Insert $count snowflake IDs as rows (phase $phase, kind 'snowflake') of
+# table ids, retrying for up to $seconds while the worker gets ready (after a
+# start its claim takes a moment). Returns the last try_sql result, {ok} set
+# when it succeeded.
+sub insert_snowflake_ids
+{
+	my ($node, $phase, $count, $seconds) = @_;
+	my $r;
+	wait_until(
+		$seconds,
+		sub {
+			$r = try_sql($node, 'postgres',
+				"INSERT INTO ids SELECT $phase, 'snowflake', leaf_snowflake_next() FROM generate_series(1, $count)");
+			return $r->{ok} = ($r->{ret} == 0);
+		});
+	return $r;
+}
+
+# 't' when, for each of @kinds, every ID of table ids' phase 2 is above
+# every ID of its phase 1.
+sub phase_above
+{
+	my ($node, @kinds) = @_;
+	my $values = join(', ', map { "('$_')" } @kinds);
+	return $node->safe_psql(
+		'postgres', qq{
+SELECT bool_and((SELECT min(id) FROM ids n WHERE n.phase = 2 AND n.kind = o.kind)
+              > (SELECT max(id) FROM ids p WHERE p.phase = 1 AND p.kind = o.kind))
+FROM (VALUES $values) o(kind)});
+}
 
 # A started node with leaf_id preloaded and the extension created in the
 # postgres database. $extra: more postgresql.conf lines.
