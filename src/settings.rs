@@ -1,5 +1,6 @@
 //! Every `leaf_id.*` setting, with the descriptions `pg_settings` shows.
-//! Must not import the rest of the crate but `errors` (everything reads settings).
+//! Must not import the rest of the crate but `errors` and the pure core's
+//! parser of a setting (everything reads settings).
 
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use std::ffi::CString;
@@ -13,6 +14,8 @@ pub static REFILL_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 pub static TAG_RESYNC_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(60);
 pub static WORKER_IDLE_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(60_000);
 pub static CITUS_RESERVE: GucSetting<i32> = GucSetting::<i32>::new(4);
+pub static SYNCHRONIZED_STANDBY_SLOTS: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(None);
 
 pub static WORKER_ID: GucSetting<i32> = GucSetting::<i32>::new(-1);
 pub static NODE_NAME: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
@@ -103,6 +106,20 @@ pub fn register(preloading: bool) {
         GucContext::Sighup,
         GucFlags::UNIT_MS,
     );
+    // SAFETY: the hook is a #[pg_guard] function
+    unsafe {
+        GucRegistry::define_string_guc_with_hooks(
+            c"leaf_id.synchronized_standby_slots",
+            c"Physical replication slots whose standbys must have flushed a leaf_id worker's commit before what it reserved is used ('*': every permanent physical slot).",
+            c"A comma-separated list of slot names, '*', or empty (off). A refill, reserve, snowflake lease or worker id claim is used only once each named standby has it, so that a promoted asynchronous standby reissues nothing; calls wait up to leaf_id.refill_timeout for it, then fail with 55P03.",
+            &SYNCHRONIZED_STANDBY_SLOTS,
+            GucContext::Sighup,
+            GucFlags::default(),
+            Some(check_standby_slots),
+            None,
+            None,
+        )
+    };
     GucRegistry::define_int_guc(
         c"leaf_id.worker_id",
         c"Snowflake worker id (0..1023), or -1 to claim one from the leaf_worker table.",
@@ -302,25 +319,32 @@ pub fn epoch_ms() -> Result<i64, String> {
 /// longer name would never match).
 pub const NODE_NAME_MAX_BYTES: usize = 256;
 
-/// Refuse a node name shared memory cannot keep whole (22023).
-#[pgrx::pg_guard]
-unsafe extern "C-unwind" fn check_node_name(
-    newval: *mut *mut std::ffi::c_char,
-    _extra: *mut *mut std::ffi::c_void,
-    _source: pgrx::pg_sys::GucSource::Type,
-) -> bool {
-    let value = unsafe { *newval };
-    if value.is_null() {
-        return true;
-    }
-    let len = unsafe { std::ffi::CStr::from_ptr(value) }.to_bytes().len();
-    if len <= NODE_NAME_MAX_BYTES {
-        return true;
-    }
-    let detail = CString::new(format!(
-        "leaf_id.node_name is {len} bytes long; the limit is {NODE_NAME_MAX_BYTES}."
-    ))
-    .expect("no NUL");
+/// A string setting's check hook named `$name`: `$why` says why a value
+/// is refused (None: it is accepted); a refusal is 22023 with that detail.
+macro_rules! string_check_hook {
+    ($name:ident, $why:expr) => {
+        #[pgrx::pg_guard]
+        unsafe extern "C-unwind" fn $name(
+            newval: *mut *mut std::ffi::c_char,
+            _extra: *mut *mut std::ffi::c_void,
+            _source: pgrx::pg_sys::GucSource::Type,
+        ) -> bool {
+            let value = unsafe { *newval };
+            if value.is_null() {
+                return true;
+            }
+            let why: fn(&std::ffi::CStr) -> Option<String> = $why;
+            match why(unsafe { std::ffi::CStr::from_ptr(value) }) {
+                None => true,
+                Some(detail) => refuse_value(detail),
+            }
+        }
+    };
+}
+
+/// A check hook's refusal: 22023, with `detail`.
+fn refuse_value(detail: String) -> bool {
+    let detail = CString::new(detail).expect("no NUL");
     unsafe {
         pgrx::pg_sys::GUC_check_errcode(crate::errors::code_of(
             pgrx::PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
@@ -328,6 +352,34 @@ unsafe extern "C-unwind" fn check_node_name(
         pgrx::pg_sys::GUC_check_errdetail_string = pgrx::pg_sys::pstrdup(detail.as_ptr());
     }
     false
+}
+
+// Refuse a node name shared memory cannot keep whole.
+string_check_hook!(check_node_name, |value| {
+    let len = value.to_bytes().len();
+    (len > NODE_NAME_MAX_BYTES).then(|| {
+        format!("leaf_id.node_name is {len} bytes long; the limit is {NODE_NAME_MAX_BYTES}.")
+    })
+});
+
+// Refuse a leaf_id.synchronized_standby_slots that is no list of slot names.
+string_check_hook!(check_standby_slots, |value| {
+    crate::runtime::standby_rule::parse_rule(&value.to_string_lossy())
+        .err()
+        .map(|why| format!("leaf_id.synchronized_standby_slots: {why}."))
+});
+
+/// `leaf_id.synchronized_standby_slots`, parsed (the check hook refused
+/// anything else).
+pub fn standby_slots_rule() -> crate::runtime::standby_rule::SlotRule {
+    let text = SYNCHRONIZED_STANDBY_SLOTS
+        .get()
+        .map(|c| c.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    // refused by the hook; should one get through, it names a slot that
+    // cannot exist: nothing is confirmed (closed, never open)
+    crate::runtime::standby_rule::parse_rule(&text)
+        .unwrap_or(crate::runtime::standby_rule::SlotRule::Named(vec![text]))
 }
 
 /// Node name: the setting, or `<system identifier>:<port>`.

@@ -20,6 +20,11 @@ SELECT unnest(extconfig)::regclass FROM pg_extension WHERE extname = 'leaf_id' O
 SELECT name, setting, unit, context, short_desc <> '' AS described
 FROM pg_settings WHERE name LIKE 'leaf_id.%' ORDER BY name;
 
+-- leaf_id.synchronized_standby_slots takes slot names, or '*' alone
+ALTER SYSTEM SET leaf_id.synchronized_standby_slots = 's1, Bad-Name';
+ALTER SYSTEM SET leaf_id.synchronized_standby_slots = 's1, *';
+ALTER SYSTEM SET leaf_id.synchronized_standby_slots = 's1,,s2';
+
 -- the later files show SQLSTATEs with this helper
 CREATE FUNCTION regress_sqlstate(query text) RETURNS text LANGUAGE plpgsql AS $$
 BEGIN

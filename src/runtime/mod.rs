@@ -5,8 +5,10 @@
 //! jobs), the hardened session and transactions (`transaction`, with the
 //! jobs' error type in `job`), the one module that builds the workers' SQL
 //! (`worker_sql`), a backend's side of waiting on the worker (`backend`),
-//! reading a table as its owner (`as_owner`), and what differs between
-//! PostgreSQL majors (`pg_version`).
+//! reading a table as its owner (`as_owner`), which standbys must have a
+//! worker's commit before it is used (`standby_rule`, plain Rust) and the
+//! wait for them (`standby_wait`), and what differs between PostgreSQL
+//! majors (`pg_version`).
 
 pub mod as_owner;
 pub mod backend;
@@ -17,6 +19,8 @@ pub mod job;
 pub mod owner_file;
 pub mod pg_version;
 pub mod shmem;
+pub mod standby_rule;
+pub mod standby_wait;
 pub mod transaction;
 pub mod worker_loop;
 pub mod worker_sql;

@@ -141,6 +141,10 @@ pub struct DbSlot {
     /// database's segment reserve file (odd while it does): a worker that
     /// read the file before, or meanwhile, must not use or write it back.
     pub reserve_resets: AtomicU64,
+    /// Per worker (`Role`): the standby slots its last commit waits for
+    /// (`standby_wait`), empty when it waits for none; callers that time out
+    /// say so. Guarded by the database's lock.
+    pub standby_wait: [ErrorCell; 2],
 }
 
 /// Status of a tag slot.

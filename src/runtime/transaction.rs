@@ -4,7 +4,9 @@
 //! The worker runs as the bootstrap superuser, so nothing a database owner or
 //! another role configured may change what its SQL means: the session is
 //! hardened once at start (`harden_session`), and every job runs in its own
-//! transaction (`in_transaction`), committed synchronously.
+//! transaction (`in_transaction`), committed synchronously; what it wrote
+//! is used only once the standbys of `leaf_id.synchronized_standby_slots`
+//! have it (`standby_wait`).
 //!
 //! Every statement the worker runs names its functions and operators with
 //! their schema (`pg_catalog.`, `OPERATOR(pg_catalog.=)`) and its tables with
@@ -245,6 +247,9 @@ pub(crate) fn in_transaction<T>(
     }
     let mut committed = false;
     let committed_ref = AssertUnwindSafe(&mut committed);
+    // the end of the job's commit record, when it wrote
+    let mut commit_end: Option<u64> = None;
+    let commit_end_ref = AssertUnwindSafe(&mut commit_end);
     let mut code_keeper = pg_sys::ErrorContextCallback {
         previous: unsafe { pg_sys::error_context_stack },
         callback: Some(note_reported_code),
@@ -257,6 +262,7 @@ pub(crate) fn in_transaction<T>(
     let job = AssertUnwindSafe(job);
     let result = PgTryBuilder::new(move || {
         let committed_ref = committed_ref;
+        let commit_end_ref = commit_end_ref;
         let job = job;
         let result = match installed_extension() {
             Err(e) => Err(e),
@@ -286,6 +292,9 @@ pub(crate) fn in_transaction<T>(
                 pg_sys::CommitTransactionCommand();
             }
             *committed_ref.0 = true;
+            if wrote {
+                *commit_end_ref.0 = Some(unsafe { (&raw const pg_sys::XactLastCommitEnd).read() });
+            }
             if wrote && !commit_replicated() {
                 return Err(JobError::new(
                     PgSqlErrorCode::ERRCODE_QUERY_CANCELED,
@@ -311,7 +320,12 @@ pub(crate) fn in_transaction<T>(
     if !committed {
         unsafe { pg_sys::AbortCurrentTransaction() };
     }
-    result
+    match (result, commit_end) {
+        // what the job committed is used only once the standbys that
+        // leaf_id.synchronized_standby_slots names have it
+        (Ok(value), Some(end)) => crate::runtime::standby_wait::confirm(end).map(|()| value),
+        (result, _) => result,
+    }
 }
 
 /// Puts `error_context_stack` back to the entry it holds when dropped.

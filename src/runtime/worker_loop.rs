@@ -110,6 +110,7 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
         }
     }
     pgrx::log!("{} started for database {}", role.backend_type(), dboid);
+    crate::runtime::standby_wait::note_waits_at(db, role);
 
     let mut ctx = WorkerContext {
         sh,

@@ -156,6 +156,12 @@ pub fn table_oid(
 // --- Citus metadata ----------------------------------------------------
 
 /// Is Citus' metadata there (the extension created in this database)?
+/// This server's replication slots: name, physical, temporary, and the
+/// position a physical slot's standby has flushed (`runtime::standby_wait`).
+pub const REPLICATION_SLOTS: &str = "SELECT slot_name::pg_catalog.text, \
+     slot_type OPERATOR(pg_catalog.=) 'physical', temporary, restart_lsn::pg_catalog.text \
+     FROM pg_catalog.pg_replication_slots";
+
 pub const CITUS_METADATA_PRESENT: &str = "SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_shard') IS NOT NULL \
      AND pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL \
      AND pg_catalog.to_regclass('pg_catalog.pg_dist_local_group') IS NOT NULL";

@@ -6,6 +6,7 @@ use crate::errors::{raise, raise_recorded, require_writable};
 use crate::runtime::backend::{self, Deadline};
 use crate::runtime::clock::tstz_from_unix_us;
 use crate::runtime::shmem::{NoTagSlot, Role, Shared, TAG_MAX_CHARS, TagStatus};
+use crate::runtime::standby_wait;
 use crate::segment::buffer::{SlowPath, TakeMany};
 use crate::segment::opaque::{Domain, RangeEncoder};
 use crate::segment::opaque_runs::SessionRuns;
@@ -371,9 +372,16 @@ fn take_ids(
                 backend::ensure_worker(sh, db, Role::Segment);
                 if deadline.passed() {
                     backend::end_wait();
+                    let standby = standby_wait::waiting_for(db, Role::Segment);
                     raise(
                         PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
-                        format!("timed out waiting for a refill of leaf_id tag \"{tag}\""),
+                        if standby.is_empty() {
+                            format!("timed out waiting for a refill of leaf_id tag \"{tag}\"")
+                        } else {
+                            format!(
+                                "timed out waiting for a refill of leaf_id tag \"{tag}\": the worker's commit waits for {standby}"
+                            )
+                        },
                         Some(
                             "The leaf_id background worker did not reserve a new segment within leaf_id.refill_timeout; see the server log.",
                         ),

@@ -7,6 +7,7 @@ use crate::runtime::clock::{
     clock_ms, tstz_from_unix_ms, tstz_from_unix_ms_any, unix_ms_from_tstz,
 };
 use crate::runtime::shmem::{Role, SnowflakeState};
+use crate::runtime::standby_wait;
 use crate::settings;
 use crate::snowflake::generator::{Clock, Config, Refusal};
 use crate::snowflake::layout::{self, MAX_TIMESTAMP};
@@ -159,9 +160,15 @@ fn next_ids(want: i64, batch: bool) -> (i64, i64) {
         backend::ensure_worker(sh, db, Role::Snowflake);
         if deadline.passed() {
             backend::end_wait();
+            let standby = standby_wait::waiting_for(db, Role::Snowflake);
+            let what = "timed out waiting for the leaf_id worker to claim a worker id or renew the snowflake high-water mark";
             raise(
                 PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
-                "timed out waiting for the leaf_id worker to claim a worker id or renew the snowflake high-water mark",
+                if standby.is_empty() {
+                    what.to_string()
+                } else {
+                    format!("{what}: the worker's commit waits for {standby}")
+                },
                 Some("See the server log; leaf_id.refill_timeout sets how long calls wait."),
             );
         }

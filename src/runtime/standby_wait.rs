@@ -1,0 +1,178 @@
+//! The worker's wait, after a commit, for the standbys that
+//! `leaf_id.synchronized_standby_slots` names (`standby_rule` decides).
+//! Owns reading this server's replication slots and the wait; must not know
+//! what the commit reserved (`transaction::in_transaction` calls it for every
+//! job that wrote, and refuses the job's result when it fails).
+
+use crate::runtime::job::{JobError, spi_err};
+use crate::runtime::shmem::Role;
+use crate::runtime::standby_rule::{self, SlotRule, SlotState, Verdict};
+use crate::runtime::worker_sql;
+use pgrx::pg_sys;
+use pgrx::pg_sys::panic::CaughtError;
+use pgrx::prelude::*;
+use pgrx::spi::Spi;
+use std::cell::Cell;
+use std::time::{Duration, Instant};
+
+thread_local! {
+    /// The worker's database slot and role: where callers that time out
+    /// read what its commit waits for. None in a renewal helper.
+    static NOTE_AT: Cell<Option<(usize, Role)>> = const { Cell::new(None) };
+}
+
+/// How often the slots are read while a commit waits. A standby reports a
+/// flush as soon as it has written, so a wait is about one round trip.
+const POLL: Duration = Duration::from_millis(2);
+
+/// After this long the wait is also logged (a WARNING).
+const LOG_AFTER: Duration = Duration::from_secs(1);
+
+/// The worker of database slot `db` keeps its notes there (and clears any a
+/// worker before it left).
+pub fn note_waits_at(db: usize, role: Role) {
+    NOTE_AT.with(|c| c.set(Some((db, role))));
+    set_note("");
+}
+
+/// What the worker of `role` in database slot `db` waits for now ("" for
+/// nothing), for the message of a caller that timed out.
+pub fn waiting_for(db: usize, role: Role) -> String {
+    let Some(sh) = crate::runtime::shmem::shared() else {
+        return String::new();
+    };
+    let _g = sh.lock_db(db);
+    sh.db(db).standby_wait[role as usize].get().1
+}
+
+fn set_note(what: &str) {
+    let Some((db, role)) = NOTE_AT.with(|c| c.get()) else {
+        return;
+    };
+    let Some(sh) = crate::runtime::shmem::shared() else {
+        return;
+    };
+    let _g = sh.lock_db(db);
+    sh.db(db).standby_wait[role as usize].set(0, what);
+}
+
+/// Return once every standby the rule names has flushed past `commit_end`
+/// (the end of the worker's commit record); an error (55P03) when one has
+/// not within `leaf_id.refill_timeout`, or when the worker is told to stop:
+/// the caller must then not use what the commit reserved (it stays reserved
+/// in the table, so nothing is handed out twice; those IDs are skipped).
+pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
+    let rule = crate::settings::standby_slots_rule();
+    if rule == SlotRule::Off {
+        return Ok(());
+    }
+    let timeout = Duration::from_millis(crate::settings::REFILL_TIMEOUT.get().max(0) as u64);
+    let start = Instant::now();
+    let mut logged = false;
+    let mut noted = false;
+    loop {
+        let slots = read_slots()?;
+        match standby_rule::verdict(&rule, &slots, commit_end) {
+            Verdict::Confirmed => {
+                if noted {
+                    set_note("");
+                    // a backend's wake-up that came during the wait was
+                    // consumed by it: the loop looks at its requests again
+                    unsafe { pg_sys::SetLatch(pg_sys::MyLatch) };
+                }
+                if logged {
+                    pgrx::log!(
+                        "leaf_id: the standbys confirmed the worker's commit at {} after {} ms",
+                        standby_rule::format_lsn(commit_end),
+                        start.elapsed().as_millis()
+                    );
+                }
+                return Ok(());
+            }
+            Verdict::Waiting(waiting) => {
+                let what = standby_rule::describe(&waiting);
+                if !noted {
+                    noted = true;
+                    set_note(&what);
+                }
+                if !logged && start.elapsed() >= LOG_AFTER {
+                    logged = true;
+                    set_note(&what);
+                    pgrx::warning!(
+                        "leaf_id: the worker's commit at {} waits for {}: leaf_id.synchronized_standby_slots names it, and nothing the commit reserved is used before it confirms",
+                        standby_rule::format_lsn(commit_end),
+                        what
+                    );
+                }
+                let stopping = unsafe { (&raw const pg_sys::ProcDiePending).read_volatile() != 0 };
+                if stopping || start.elapsed() >= timeout {
+                    set_note("");
+                    unsafe { pg_sys::SetLatch(pg_sys::MyLatch) };
+                    return Err(JobError::new(
+                        PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+                        format!(
+                            "{what} did not confirm the leaf_id worker's commit within leaf_id.refill_timeout ({} ms): nothing it reserved is used (leaf_id.synchronized_standby_slots)",
+                            timeout.as_millis()
+                        ),
+                    ));
+                }
+                crate::runtime::clock::wait_on_latch(POLL);
+            }
+        }
+    }
+}
+
+/// This server's replication slots, read in a transaction of their own
+/// (`pg_replication_slots` takes the slots' locks; the worker's session
+/// resolves names in pg_catalog only).
+fn read_slots() -> Result<Vec<SlotState>, JobError> {
+    let mut committed = false;
+    let committed_ref = std::panic::AssertUnwindSafe(&mut committed);
+    let result = PgTryBuilder::new(move || {
+        let committed_ref = committed_ref;
+        unsafe {
+            pg_sys::StartTransactionCommand();
+            pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+        }
+        let slots = Spi::connect(|client| {
+            let rows = client
+                .select(worker_sql::REPLICATION_SLOTS, None, &[])
+                .map_err(spi_err)?;
+            let mut out = Vec::new();
+            for row in rows {
+                let name: String = row.get(1).map_err(spi_err)?.unwrap_or_default();
+                let physical: bool = row.get(2).map_err(spi_err)?.unwrap_or(false);
+                let temporary: bool = row.get(3).map_err(spi_err)?.unwrap_or(false);
+                let lsn: Option<String> = row.get(4).map_err(spi_err)?;
+                out.push(SlotState {
+                    name,
+                    physical,
+                    temporary,
+                    flushed: lsn.as_deref().and_then(standby_rule::parse_lsn),
+                });
+            }
+            Ok::<_, JobError>(out)
+        });
+        unsafe {
+            pg_sys::PopActiveSnapshot();
+            pg_sys::CommitTransactionCommand();
+        }
+        *committed_ref.0 = true;
+        slots
+    })
+    .catch_others(|e| {
+        let message = match &e {
+            CaughtError::PostgresError(r) | CaughtError::ErrorReport(r) => r.message().to_string(),
+            CaughtError::RustPanic { ereport, .. } => ereport.message().to_string(),
+        };
+        Err(JobError::new(
+            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            format!("leaf_id could not read the replication slots: {message}"),
+        ))
+    })
+    .execute();
+    if !committed {
+        unsafe { pg_sys::AbortCurrentTransaction() };
+    }
+    result
+}

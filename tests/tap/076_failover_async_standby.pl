@@ -1,0 +1,192 @@
+# Failover with asynchronous standbys (issue 29): with
+# leaf_id.synchronized_standby_slots, what a worker commits (a refill, a
+# snowflake lease, a claim) is used only once the standbys of the named
+# physical slots have flushed it. A primary, two streaming standbys with
+# slots s1 and s2, asynchronous (no synchronous_standby_names):
+#  A. rule '*': segment and snowflake IDs from several sessions;
+#  B. rule 's1': s2 stopped holds nothing up (only named slots count);
+#  C. rule '*', s1 stopped: once their cached segments are used, segment
+#     callers are refused with 55P03 naming slot s1, after at most about
+#     leaf_id.refill_timeout; snowflake callers once the lease ends; the
+#     worker's WARNING is in the log;
+#  D. the primary killed (kill -9); s1, which missed everything after it
+#     stopped, is promoted: no segment ID twice over everything drawn, and
+#     with the same worker id (node name and worker id from the copied
+#     configuration) and its clock set back to 4 s after s1 stopped, every
+#     snowflake ID it issues is above every ID the primary issued (its
+#     high-water mark is one s1 confirmed).
+# Without the rule (the wait taken out) D hands out segment IDs twice, and
+# snowflake IDs below the old primary's.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use lib $ENV{LEAF_ID_TAP_ROOT} . '/tests/tap';
+use SegmentTap;
+use Time::HiRes qw(usleep time);
+
+my $primary = PostgreSQL::Test::Cluster->new('primary');
+$primary->init(allows_streaming => 1);
+$primary->append_conf(
+	'postgresql.conf', qq{
+shared_preload_libraries = 'leaf_id'
+max_worker_processes = 16
+lc_messages = 'C'
+log_min_messages = warning
+leaf_id.synchronized_standby_slots = '*'
+leaf_id.refill_timeout = 3000
+leaf_id.max_step = 1000
+leaf_id.worker_id = 7
+leaf_id.node_name = 'node_a'
+leaf_id.random_sequence_start = off
+});
+$primary->start;
+$primary->safe_psql('postgres', 'CREATE EXTENSION leaf_id');
+$primary->safe_psql('postgres', "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('order', 1000)");
+my @standbys;
+for my $name ('s1', 's2')
+{
+	$primary->safe_psql('postgres', "SELECT pg_create_physical_replication_slot('$name')");
+}
+$primary->backup('b');
+for my $name ('s1', 's2')
+{
+	my $s = PostgreSQL::Test::Cluster->new($name);
+	$s->init_from_backup($primary, 'b', has_streaming => 1);
+	$s->append_conf('postgresql.conf', "primary_slot_name = '$name'\n");
+	$s->start;
+	push @standbys, $s;
+}
+my ($s1, $s2) = @standbys;
+$primary->poll_query_until('postgres',
+	"SELECT count(*) = 2 FROM pg_replication_slots WHERE active AND restart_lsn IS NOT NULL")
+  or die 'the standbys did not connect';
+
+my %drawn = (seg => [], snow => []);
+
+# Clients that draw IDs until a statement fails (ON_ERROR_STOP) or their
+# statements run out; each waits $pause s between statements. Returns them.
+sub start_drawing
+{
+	my ($node, $phase, %opt) = @_;
+	my $pause = $opt{pause} // 0;
+	my $n = $opt{statements} // 20;
+	my $sleep = $pause ? "SELECT pg_sleep($pause) \\g /dev/null\n" : '';
+	my @c;
+	for my $i (1 .. ($opt{segment_clients} // 3))
+	{
+		push @c, start_client($node, 'postgres', "${phase}_seg$i",
+			"\\set VERBOSITY verbose\n"
+			  . ("SELECT leaf_segment_next('order') FROM generate_series(1, 100);\n$sleep" x $n));
+	}
+	push @c, start_client($node, 'postgres', "${phase}_snow",
+		"\\set VERBOSITY verbose\n"
+		  . ("SELECT leaf_snowflake_next() FROM generate_series(1, 100);\n$sleep" x $n))
+	  if $opt{snowflake} // 1;
+	return @c;
+}
+
+# Wait for the clients and keep what they drew. Returns them.
+sub finish_drawing
+{
+	my ($timeout, @c) = @_;
+	finish_clients($timeout, @c);
+	for my $c (@c)
+	{
+		push @{ $drawn{ $c->{name} =~ /_snow$/ ? 'snow' : 'seg' } }, client_ids($c);
+	}
+	return @c;
+}
+
+# --- A: the rule with both standbys up ---------------------------------------
+my @a = finish_drawing(120, start_drawing($primary, 'a'));
+is(scalar(grep { $_->{rc} != 0 } @a), 0, 'A: every client drew all its IDs with both standbys confirming')
+  or diag join("\n", map { "$_->{name}: $_->{stderr}" } @a);
+is(scalar @{ $drawn{seg} }, 6000, 'A: 6000 segment IDs');
+is(scalar @{ $drawn{snow} }, 2000, 'A: 2000 snowflake IDs');
+
+# --- B: only the named slot counts ---------------------------------------------
+$primary->safe_psql('postgres', "ALTER SYSTEM SET leaf_id.synchronized_standby_slots = 's1'; SELECT pg_reload_conf()");
+$s2->stop;
+# 4 s of drawing: more than two segments per client and more than the
+# lease (leaf_id.lease_ahead, 3 s)
+my @b = finish_drawing(120, start_drawing($primary, 'b', pause => 0.2, statements => 20, segment_clients => 2));
+is(scalar(grep { $_->{rc} != 0 } @b), 0, "B: rule 's1': with s2 stopped every client drew all its IDs")
+  or diag join("\n", map { "$_->{name}: $_->{stderr}" } @b);
+is(scalar @{ $drawn{snow} }, 4000, 'B: the snowflake client drew its 2000 IDs over more than a lease');
+$s2->start;
+$primary->safe_psql('postgres', "ALTER SYSTEM SET leaf_id.synchronized_standby_slots = '*'; SELECT pg_reload_conf()");
+$primary->wait_for_catchup($_, 'flush') for ($s1, $s2);
+
+# --- C: a named standby stopped ------------------------------------------------
+$s1->stop;
+# s1 has nothing committed after this instant (it may have received WAL
+# while it shut down)
+my $t_stop = time;
+# up to 10 s of drawing (the wait taken out, the clients draw it all)
+my @c = finish_drawing(120, start_drawing($primary, 'c', pause => 0.2, statements => 50));
+my $seg_refused = 0;
+for my $c (@c)
+{
+	my $snow = $c->{name} =~ /_snow$/;
+	like($c->{stderr}, qr/ERROR:\s+55P03: .*standby slot "s1"/,
+		"C: $c->{name} is refused with 55P03 naming standby slot s1")
+	  or diag "rc $c->{rc}: $c->{stderr}";
+}
+my $t0 = time;
+my $r = try_sql($primary, 'postgres', "SELECT leaf_segment_next('order') FROM generate_series(1, 2000)");
+my $waited = time - $t0;
+is($r->{sqlstate}, '55P03', 'C: a new call is refused with 55P03') or diag $r->{err};
+like($r->{err}, qr/standby slot "s1" \((flushed up to [0-9A-F]+\/[0-9A-F]+, \d+ bytes behind|no standby has reported a position to it)\)/,
+	'C: the message says how far behind the slot is');
+note sprintf('C: the new call was refused after %.2f s', $waited);
+cmp_ok($waited, '<', 4.5, 'C: it waited at most about leaf_id.refill_timeout (3 s)');
+ok($primary->log_contains(qr/WARNING: .*the worker's commit at [0-9A-F]+\/[0-9A-F]+ waits for standby slot "s1"/),
+	"C: the server log has the worker's warning");
+my $last_snow = max_of(@{ $drawn{snow} });
+note sprintf('C: the primary issued its last snowflake ID %.0f ms after s1 stopped',
+	($last_snow >> 22) + 1288834974657 - $t_stop * 1000);
+
+# --- D: the primary dies, s1 is promoted ---------------------------------------
+$primary->kill9;
+# s1's clock (its worker's and its sessions') reads 4 s after s1 stopped
+# (a new primary whose clock is behind): its worker id's floor is then its
+# high-water mark, at most leaf_id.lease_ahead (3 s) after s1 stopped
+$s1->append_conf('postgresql.conf', 'leaf_id.test_clock_offset_ms = ' . int(($t_stop + 4 - time) * 1000) . "\n");
+$s1->start;
+$s1->promote;
+$s1->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()') or die 's1 was not promoted';
+# snowflake on s1: above its mark, which (with the rule) covers everything
+# the primary issued; without the rule the primary went on for about 10 s
+# after s1 stopped
+my @snow_after;
+my $refusal = '';
+my $deadline = time + 30;
+while (time < $deadline && !@snow_after)
+{
+	my $s = try_sql($s1, 'postgres', 'SELECT leaf_snowflake_next() FROM generate_series(1, 200)');
+	if ($s->{ret} == 0) { @snow_after = grep { /^\d+$/ } split /\n/, $s->{out} }
+	else
+	{
+		$refusal = $s->{err};
+		usleep(200_000);
+	}
+}
+note "D: the promoted s1's snowflake: " . (@snow_after ? scalar(@snow_after) . ' IDs' : "refused: $refusal");
+cmp_ok(scalar @snow_after, '>', 0, 'D: the promoted s1 issues snowflake IDs, its clock set to 4 s after s1 stopped');
+is(@snow_after ? $s1->safe_psql('postgres', "SELECT worker_id FROM leaf_snowflake_decode($snow_after[0])") : '', '7',
+	'D: with worker id 7, as the old primary');
+cmp_ok(min_of(@snow_after) // 0, '>', $last_snow, 'D: every one is above every snowflake ID the old primary issued');
+is_deeply([ duplicates(@{ $drawn{snow} }, @snow_after) ], [], 'D: no snowflake ID twice');
+
+my @after = finish_drawing(120, start_drawing($s1, 'd', statements => 20, segment_clients => 3, snowflake => 0));
+is(scalar(grep { $_->{rc} != 0 && $_->{name} !~ /_snow$/ } @after), 0, 'D: the promoted s1 hands out segment IDs')
+  or diag join("\n", map { "$_->{name}: $_->{stderr}" } @after);
+is_deeply([ duplicates(@{ $drawn{seg} }) ], [], 'D: no segment ID twice over the primary and the promoted s1');
+note 'D: IDs drawn in all: ' . scalar(@{ $drawn{seg} }) . ' segment, ' . (scalar(@{ $drawn{snow} }) + scalar(@snow_after)) . ' snowflake';
+
+
+$s1->stop;
+$s2->stop;
+done_testing();
