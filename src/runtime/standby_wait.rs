@@ -57,8 +57,9 @@ fn set_note(what: &str) {
 }
 
 /// Return once every standby the rule names has flushed past `commit_end`
-/// (the end of the worker's commit record); an error (55P03) when one has
-/// not within `leaf_id.refill_timeout`, or when the worker is told to stop:
+/// (the end of the worker's commit record); an error when one has not
+/// within `leaf_id.refill_timeout` (55P03), or when the worker is told to
+/// stop (57P01):
 /// the caller must then not use what the commit reserved (it stays reserved
 /// in the table, so nothing is handed out twice; those IDs are skipped).
 pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
@@ -104,8 +105,7 @@ pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
                         what
                     );
                 }
-                let stopping = unsafe { (&raw const pg_sys::ProcDiePending).read_volatile() != 0 };
-                if stopping || start.elapsed() >= timeout {
+                if start.elapsed() >= timeout {
                     set_note("");
                     unsafe { pg_sys::SetLatch(pg_sys::MyLatch) };
                     return Err(JobError::new(
@@ -117,6 +117,17 @@ pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
                     ));
                 }
                 crate::runtime::clock::wait_on_latch(POLL);
+                // told to stop (shutdown, pg_terminate_backend): leave before
+                // the next read of the slots would end the worker at once
+                if unsafe { (&raw const pg_sys::ProcDiePending).read_volatile() != 0 } {
+                    set_note("");
+                    return Err(JobError::new(
+                        PgSqlErrorCode::ERRCODE_ADMIN_SHUTDOWN,
+                        format!(
+                            "the leaf_id worker stops while its commit waits for {what}: nothing it reserved is used"
+                        ),
+                    ));
+                }
             }
         }
     }

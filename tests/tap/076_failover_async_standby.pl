@@ -24,83 +24,14 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use lib $ENV{LEAF_ID_TAP_ROOT} . '/tests/tap';
 use SegmentTap;
+use FailoverTap;
 use Time::HiRes qw(usleep time);
 
-my $primary = PostgreSQL::Test::Cluster->new('primary');
-$primary->init(allows_streaming => 1);
-$primary->append_conf(
-	'postgresql.conf', qq{
-shared_preload_libraries = 'leaf_id'
-max_worker_processes = 16
-lc_messages = 'C'
-log_min_messages = warning
-leaf_id.synchronized_standby_slots = '*'
-leaf_id.refill_timeout = 3000
-leaf_id.max_step = 1000
-leaf_id.worker_id = 7
-leaf_id.node_name = 'node_a'
-leaf_id.random_sequence_start = off
-});
-$primary->start;
-$primary->safe_psql('postgres', 'CREATE EXTENSION leaf_id');
-$primary->safe_psql('postgres', "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('order', 1000)");
-my @standbys;
-for my $name ('s1', 's2')
-{
-	$primary->safe_psql('postgres', "SELECT pg_create_physical_replication_slot('$name')");
-}
-$primary->backup('b');
-for my $name ('s1', 's2')
-{
-	my $s = PostgreSQL::Test::Cluster->new($name);
-	$s->init_from_backup($primary, 'b', has_streaming => 1);
-	$s->append_conf('postgresql.conf', "primary_slot_name = '$name'\n");
-	$s->start;
-	push @standbys, $s;
-}
-my ($s1, $s2) = @standbys;
-$primary->poll_query_until('postgres',
-	"SELECT count(*) = 2 FROM pg_replication_slots WHERE active AND restart_lsn IS NOT NULL")
-  or die 'the standbys did not connect';
-
+my ($primary, $s1, $s2) = failover_cluster("leaf_id.synchronized_standby_slots = '*'\n");
 my %drawn = (seg => [], snow => []);
 
-# Clients that draw IDs until a statement fails (ON_ERROR_STOP) or their
-# statements run out; each waits $pause s between statements. Returns them.
-sub start_drawing
-{
-	my ($node, $phase, %opt) = @_;
-	my $pause = $opt{pause} // 0;
-	my $n = $opt{statements} // 20;
-	my $sleep = $pause ? "SELECT pg_sleep($pause) \\g /dev/null\n" : '';
-	my @c;
-	for my $i (1 .. ($opt{segment_clients} // 3))
-	{
-		push @c, start_client($node, 'postgres', "${phase}_seg$i",
-			"\\set VERBOSITY verbose\n"
-			  . ("SELECT leaf_segment_next('order') FROM generate_series(1, 100);\n$sleep" x $n));
-	}
-	push @c, start_client($node, 'postgres', "${phase}_snow",
-		"\\set VERBOSITY verbose\n"
-		  . ("SELECT leaf_snowflake_next() FROM generate_series(1, 100);\n$sleep" x $n))
-	  if $opt{snowflake} // 1;
-	return @c;
-}
-
-# Wait for the clients and keep what they drew. Returns them.
-sub finish_drawing
-{
-	my ($timeout, @c) = @_;
-	finish_clients($timeout, @c);
-	for my $c (@c)
-	{
-		push @{ $drawn{ $c->{name} =~ /_snow$/ ? 'snow' : 'seg' } }, client_ids($c);
-	}
-	return @c;
-}
-
 # --- A: the rule with both standbys up ---------------------------------------
-my @a = finish_drawing(120, start_drawing($primary, 'a'));
+my @a = finish_drawing(\%drawn, 120, start_drawing($primary, 'a'));
 is(scalar(grep { $_->{rc} != 0 } @a), 0, 'A: every client drew all its IDs with both standbys confirming')
   or diag join("\n", map { "$_->{name}: $_->{stderr}" } @a);
 is(scalar @{ $drawn{seg} }, 6000, 'A: 6000 segment IDs');
@@ -111,7 +42,7 @@ $primary->safe_psql('postgres', "ALTER SYSTEM SET leaf_id.synchronized_standby_s
 $s2->stop;
 # 4 s of drawing: more than two segments per client and more than the
 # lease (leaf_id.lease_ahead, 3 s)
-my @b = finish_drawing(120, start_drawing($primary, 'b', pause => 0.2, statements => 20, segment_clients => 2));
+my @b = finish_drawing(\%drawn, 120, start_drawing($primary, 'b', pause => 0.2, statements => 20, segment_clients => 2));
 is(scalar(grep { $_->{rc} != 0 } @b), 0, "B: rule 's1': with s2 stopped every client drew all its IDs")
   or diag join("\n", map { "$_->{name}: $_->{stderr}" } @b);
 is(scalar @{ $drawn{snow} }, 4000, 'B: the snowflake client drew its 2000 IDs over more than a lease');
@@ -125,7 +56,7 @@ $s1->stop;
 # while it shut down)
 my $t_stop = time;
 # up to 10 s of drawing (the wait taken out, the clients draw it all)
-my @c = finish_drawing(120, start_drawing($primary, 'c', pause => 0.2, statements => 50));
+my @c = finish_drawing(\%drawn, 120, start_drawing($primary, 'c', pause => 0.2, statements => 50));
 my $seg_refused = 0;
 for my $c (@c)
 {
@@ -180,7 +111,7 @@ is(@snow_after ? $s1->safe_psql('postgres', "SELECT worker_id FROM leaf_snowflak
 cmp_ok(min_of(@snow_after) // 0, '>', $last_snow, 'D: every one is above every snowflake ID the old primary issued');
 is_deeply([ duplicates(@{ $drawn{snow} }, @snow_after) ], [], 'D: no snowflake ID twice');
 
-my @after = finish_drawing(120, start_drawing($s1, 'd', statements => 20, segment_clients => 3, snowflake => 0));
+my @after = finish_drawing(\%drawn, 120, start_drawing($s1, 'd', statements => 20, segment_clients => 3, snowflake => 0));
 is(scalar(grep { $_->{rc} != 0 && $_->{name} !~ /_snow$/ } @after), 0, 'D: the promoted s1 hands out segment IDs')
   or diag join("\n", map { "$_->{name}: $_->{stderr}" } @after);
 is_deeply([ duplicates(@{ $drawn{seg} }) ], [], 'D: no segment ID twice over the primary and the promoted s1');

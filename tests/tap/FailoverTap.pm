@@ -1,0 +1,100 @@
+# Helpers of the failover TAP tests (tests/tap/076, 077): a primary with two
+# asynchronous streaming standbys on physical slots, and clients that draw
+# IDs of both modes from it.
+
+package FailoverTap;
+
+use strict;
+use warnings;
+
+use Exporter 'import';
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use SegmentTap;
+
+our @EXPORT = qw(failover_cluster start_drawing finish_drawing);
+
+# A primary (tag 'order', step 1000; snowflake worker id 7 under node name
+# node_a, both in postgresql.conf, so that a standby made from it has them)
+# and standbys s1 and s2 streaming from it through slots s1 and s2, started
+# and connected. $extra: more postgresql.conf lines of the primary (and so of
+# the standbys). wal_log_hints and wal_keep_size let pg_rewind rewind the old
+# primary.
+sub failover_cluster
+{
+	my ($extra) = @_;
+	my $primary = PostgreSQL::Test::Cluster->new('primary');
+	$primary->init(allows_streaming => 1);
+	$primary->append_conf(
+		'postgresql.conf', qq{
+shared_preload_libraries = 'leaf_id'
+max_worker_processes = 16
+lc_messages = 'C'
+log_min_messages = warning
+wal_log_hints = on
+# the old primary's WAL back to the divergence, for pg_rewind
+wal_keep_size = '256MB'
+leaf_id.refill_timeout = 3000
+leaf_id.max_step = 1000
+leaf_id.worker_id = 7
+leaf_id.node_name = 'node_a'
+leaf_id.random_sequence_start = off
+} . ($extra // ''));
+	$primary->start;
+	$primary->safe_psql('postgres', 'CREATE EXTENSION leaf_id');
+	$primary->safe_psql('postgres', "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('order', 1000)");
+	$primary->safe_psql('postgres', "SELECT pg_create_physical_replication_slot('$_')") for ('s1', 's2');
+	$primary->backup('b');
+	my @standbys;
+	for my $name ('s1', 's2')
+	{
+		my $s = PostgreSQL::Test::Cluster->new($name);
+		$s->init_from_backup($primary, 'b', has_streaming => 1);
+		$s->append_conf('postgresql.conf', "primary_slot_name = '$name'\n");
+		$s->start;
+		push @standbys, $s;
+	}
+	$primary->poll_query_until('postgres',
+		"SELECT count(*) = 2 FROM pg_replication_slots WHERE active AND restart_lsn IS NOT NULL")
+	  or die 'the standbys did not connect';
+	return ($primary, @standbys);
+}
+
+# Clients that draw IDs (segment_clients of tag 'order', 3 by default, and
+# one of snowflake unless snowflake => 0), 100 a statement, until a
+# statement fails (ON_ERROR_STOP) or their statements run out; each waits
+# pause s between statements. Returns them.
+sub start_drawing
+{
+	my ($node, $phase, %opt) = @_;
+	my $pause = $opt{pause} // 0;
+	my $n = $opt{statements} // 20;
+	my $sleep = $pause ? "SELECT pg_sleep($pause) \\g /dev/null\n" : '';
+	my @c;
+	for my $i (1 .. ($opt{segment_clients} // 3))
+	{
+		push @c, start_client($node, 'postgres', "${phase}_seg$i",
+			"\\set VERBOSITY verbose\n"
+			  . ("SELECT leaf_segment_next('order') FROM generate_series(1, 100);\n$sleep" x $n));
+	}
+	push @c, start_client($node, 'postgres', "${phase}_snow",
+		"\\set VERBOSITY verbose\n"
+		  . ("SELECT leaf_snowflake_next() FROM generate_series(1, 100);\n$sleep" x $n))
+	  if $opt{snowflake} // 1;
+	return @c;
+}
+
+# Wait (bounded) for the clients, and add what they drew to $drawn->{seg}
+# and $drawn->{snow}. Returns the clients.
+sub finish_drawing
+{
+	my ($drawn, $timeout, @c) = @_;
+	finish_clients($timeout, @c);
+	for my $c (@c)
+	{
+		push @{ $drawn->{ $c->{name} =~ /_snow$/ ? 'snow' : 'seg' } }, client_ids($c);
+	}
+	return @c;
+}
+
+1;
