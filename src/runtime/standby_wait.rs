@@ -56,6 +56,17 @@ fn set_note(what: &str) {
     sh.db(db).standby_wait[role as usize].set(0, what);
 }
 
+/// Around the worker's commit when synchronous standbys are defined: the
+/// commit waits inside PostgreSQL for them (synchronous_commit = on), and a
+/// caller that times out meanwhile says so.
+pub(crate) fn note_synchronous_commit(waiting: bool) {
+    set_note(if waiting {
+        "the synchronous standbys of synchronous_standby_names (it commits with synchronous_commit = on)"
+    } else {
+        ""
+    });
+}
+
 /// Return once every standby the rule names has flushed past `commit_end`
 /// (the end of the worker's commit record); an error when one has not
 /// within `leaf_id.refill_timeout` (55P03), or when the worker is told to

@@ -287,9 +287,16 @@ pub(crate) fn in_transaction<T>(
         };
         if result.is_ok() {
             let wrote = unsafe { pg_sys::GetTopTransactionIdIfAny() } != pg_sys::InvalidTransactionId;
+            let sync_wait = wrote && synchronous_standbys_defined();
+            if sync_wait {
+                crate::runtime::standby_wait::note_synchronous_commit(true);
+            }
             unsafe {
                 pg_sys::PopActiveSnapshot();
                 pg_sys::CommitTransactionCommand();
+            }
+            if sync_wait {
+                crate::runtime::standby_wait::note_synchronous_commit(false);
             }
             *committed_ref.0 = true;
             if wrote {
@@ -386,16 +393,25 @@ fn raw_code_of(caught: PgSqlErrorCode) -> i32 {
 /// configured? A cancel (pg_cancel_backend, or SIGTERM) ends the commit's
 /// wait for them early: the commit is durable here but maybe not on the
 /// standby, so after a failover what it reserved could be reserved again.
-fn commit_replicated() -> bool {
+/// Are synchronous standbys defined (synchronous_standby_names, as the
+/// walsenders last read it)? Then a commit waits for them.
+fn synchronous_standbys_defined() -> bool {
     unsafe {
         let ctl = pg_sys::WalSndCtl;
         if ctl.is_null() || (&raw const pg_sys::max_wal_senders).read() == 0 {
-            return true; // no synchronous replication is possible
+            return false; // no synchronous replication is possible
         }
         let status = (&raw const (*ctl).sync_standbys_status).read_volatile() as u32;
-        if status & pg_sys::SYNC_STANDBY_DEFINED == 0 {
-            return true;
-        }
+        status & pg_sys::SYNC_STANDBY_DEFINED != 0
+    }
+}
+
+fn commit_replicated() -> bool {
+    if !synchronous_standbys_defined() {
+        return true;
+    }
+    unsafe {
+        let ctl = pg_sys::WalSndCtl;
         let flushed = (&raw const (*ctl).lsn[pg_sys::SYNC_REP_WAIT_FLUSH as usize]).read_volatile();
         flushed >= (&raw const pg_sys::XactLastCommitEnd).read()
     }

@@ -1,0 +1,106 @@
+# Failover with synchronous replication (issue 29), the other way to keep a
+# promoted standby from reissuing: the worker commits with
+# synchronous_commit = on and uses a refill, lease or claim only once the
+# synchronous standbys have flushed it (leaf_id.synchronized_standby_slots
+# empty). A primary, two streaming standbys with slots s1 and s2,
+# synchronous_standby_names = 'FIRST 1 (s1)':
+#  A. segment and snowflake IDs from several sessions, both standbys up;
+#  C. s1 stopped: the worker's commits wait for it; once their cached
+#     segments are used, segment callers are refused with 55P03 (after at most
+#     about leaf_id.refill_timeout), having drawn at most their two segments
+#     after the stop; snowflake callers once the lease ends;
+#  D. the primary killed (kill -9); s1, which missed everything after it
+#     stopped, is promoted with its clock set back to 4 s after it stopped:
+#     no segment ID twice over everything drawn, and every snowflake ID of
+#     worker id 7 (the same) above every ID the old primary issued.
+# With the worker committing with synchronous_commit = local and not checking
+# the standby's flush, C goes on issuing and D hands out IDs twice.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use lib $ENV{LEAF_ID_TAP_ROOT} . '/tests/tap';
+use SegmentTap;
+use FailoverTap;
+use Time::HiRes qw(usleep time);
+
+my ($primary, $s1, $s2) = failover_cluster();
+# after the set-up (whose commits would wait for s1 before it streamed), and
+# in the primary's postgresql.auto.conf only: the standbys' copies have none
+$primary->safe_psql('postgres', "ALTER SYSTEM SET synchronous_standby_names = 'FIRST 1 (s1)'; SELECT pg_reload_conf()");
+$primary->poll_query_until('postgres', "SELECT sync_state = 'sync' FROM pg_stat_replication WHERE application_name = 's1'")
+  or die 's1 did not become synchronous';
+my %drawn = (seg => [], snow => []);
+
+# --- A: synchronous, both standbys up ------------------------------------------
+my @a = finish_drawing(\%drawn, 120, start_drawing($primary, 'a'));
+is(scalar(grep { $_->{rc} != 0 } @a), 0, 'A: every client drew all its IDs with s1 synchronous')
+  or diag join("\n", map { "$_->{name}: $_->{stderr}" } @a);
+is(scalar @{ $drawn{seg} }, 6000, 'A: 6000 segment IDs');
+is(scalar @{ $drawn{snow} }, 2000, 'A: 2000 snowflake IDs');
+$primary->wait_for_catchup($_, 'flush') for ($s1, $s2);
+
+# --- C: the synchronous standby stopped ------------------------------------------
+$s1->stop;
+my $t_stop = time;
+my $seg_before = scalar @{ $drawn{seg} };
+# up to 10 s of drawing (without the wait, the clients draw it all)
+my @c = finish_drawing(\%drawn, 120, start_drawing($primary, 'c', pause => 0.2, statements => 50));
+for my $c (@c)
+{
+	like($c->{stderr}, qr/ERROR:\s+55P03: /, "C: $c->{name} is refused with 55P03")
+	  or diag "rc $c->{rc}: $c->{stderr}";
+}
+my $seg_after_stop = scalar(@{ $drawn{seg} }) - $seg_before;
+note "C: segment IDs drawn after s1 stopped: $seg_after_stop";
+# the tag's current and next segment (2 x 1000), each client's last
+# statement of 100 partly in it
+cmp_ok($seg_after_stop, '<=', 2000 + 300, 'C: at most the two segments the primary held were handed out after the stop');
+my $t0 = time;
+my $r = try_sql($primary, 'postgres', "SELECT leaf_segment_next('order') FROM generate_series(1, 2000)");
+my $waited = time - $t0;
+is($r->{sqlstate}, '55P03', 'C: a new call is refused with 55P03') or diag $r->{err};
+like($r->{err}, qr/the worker's commit waits for the synchronous standbys of synchronous_standby_names/,
+	'C: the message says that the worker waits for the synchronous standbys');
+note sprintf('C: the new call was refused after %.2f s: %s', $waited, $r->{err});
+cmp_ok($waited, '<', 4.5, 'C: it waited at most about leaf_id.refill_timeout (3 s)');
+my $last_snow = max_of(@{ $drawn{snow} });
+note sprintf('C: the primary issued its last snowflake ID %.0f ms after s1 stopped',
+	($last_snow >> 22) + 1288834974657 - $t_stop * 1000);
+
+# --- D: the primary dies, s1 is promoted -----------------------------------------
+$primary->kill9;
+$s1->append_conf('postgresql.conf', 'leaf_id.test_clock_offset_ms = ' . int(($t_stop + 4 - time) * 1000) . "\n");
+$s1->start;
+$s1->promote;
+$s1->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()') or die 's1 was not promoted';
+my @snow_after;
+my $refusal = '';
+my $deadline = time + 30;
+while (time < $deadline && !@snow_after)
+{
+	my $s = try_sql($s1, 'postgres', 'SELECT leaf_snowflake_next() FROM generate_series(1, 200)');
+	if ($s->{ret} == 0) { @snow_after = grep { /^\d+$/ } split /\n/, $s->{out} }
+	else
+	{
+		$refusal = $s->{err};
+		usleep(200_000);
+	}
+}
+note "D: the promoted s1's snowflake: " . (@snow_after ? scalar(@snow_after) . ' IDs' : "refused: $refusal");
+cmp_ok(scalar @snow_after, '>', 0, 'D: the promoted s1 issues snowflake IDs, its clock set to 4 s after s1 stopped');
+is(@snow_after ? $s1->safe_psql('postgres', "SELECT worker_id FROM leaf_snowflake_decode($snow_after[0])") : '', '7',
+	'D: with worker id 7, as the old primary');
+cmp_ok(min_of(@snow_after) // 0, '>', $last_snow, 'D: every one is above every snowflake ID the old primary issued');
+is_deeply([ duplicates(@{ $drawn{snow} }, @snow_after) ], [], 'D: no snowflake ID twice');
+
+my @after = finish_drawing(\%drawn, 120, start_drawing($s1, 'd', statements => 20, segment_clients => 3, snowflake => 0));
+is(scalar(grep { $_->{rc} != 0 } @after), 0, 'D: the promoted s1 hands out segment IDs')
+  or diag join("\n", map { "$_->{name}: $_->{stderr}" } @after);
+is_deeply([ duplicates(@{ $drawn{seg} }) ], [], 'D: no segment ID twice over the primary and the promoted s1');
+note 'D: IDs drawn in all: ' . scalar(@{ $drawn{seg} }) . ' segment, ' . (scalar(@{ $drawn{snow} }) + scalar(@snow_after)) . ' snowflake';
+
+$s1->stop;
+$s2->stop;
+done_testing();
