@@ -79,44 +79,8 @@ my $last_snow = max_of(@{ $drawn{snow} });
 note sprintf('C: the primary issued its last snowflake ID %.0f ms after s1 stopped',
 	($last_snow >> 22) + 1288834974657 - $t_stop * 1000);
 
-# --- D: the primary dies, s1 is promoted ---------------------------------------
-$primary->kill9;
-# s1's clock (its worker's and its sessions') reads 4 s after s1 stopped
-# (a new primary whose clock is behind): its worker id's floor is then its
-# high-water mark, at most leaf_id.lease_ahead (3 s) after s1 stopped
-$s1->append_conf('postgresql.conf', 'leaf_id.test_clock_offset_ms = ' . int(($t_stop + 4 - time) * 1000) . "\n");
-$s1->start;
-$s1->promote;
-$s1->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()') or die 's1 was not promoted';
-# snowflake on s1: above its mark, which (with the rule) covers everything
-# the primary issued; without the rule the primary went on for about 10 s
-# after s1 stopped
-my @snow_after;
-my $refusal = '';
-my $deadline = time + 30;
-while (time < $deadline && !@snow_after)
-{
-	my $s = try_sql($s1, 'postgres', 'SELECT leaf_snowflake_next() FROM generate_series(1, 200)');
-	if ($s->{ret} == 0) { @snow_after = grep { /^\d+$/ } split /\n/, $s->{out} }
-	else
-	{
-		$refusal = $s->{err};
-		usleep(200_000);
-	}
-}
-note "D: the promoted s1's snowflake: " . (@snow_after ? scalar(@snow_after) . ' IDs' : "refused: $refusal");
-cmp_ok(scalar @snow_after, '>', 0, 'D: the promoted s1 issues snowflake IDs, its clock set to 4 s after s1 stopped');
-is(@snow_after ? $s1->safe_psql('postgres', "SELECT worker_id FROM leaf_snowflake_decode($snow_after[0])") : '', '7',
-	'D: with worker id 7, as the old primary');
-cmp_ok(min_of(@snow_after) // 0, '>', $last_snow, 'D: every one is above every snowflake ID the old primary issued');
-is_deeply([ duplicates(@{ $drawn{snow} }, @snow_after) ], [], 'D: no snowflake ID twice');
-
-my @after = finish_drawing(\%drawn, 120, start_drawing($s1, 'd', statements => 20, segment_clients => 3, snowflake => 0));
-is(scalar(grep { $_->{rc} != 0 && $_->{name} !~ /_snow$/ } @after), 0, 'D: the promoted s1 hands out segment IDs')
-  or diag join("\n", map { "$_->{name}: $_->{stderr}" } @after);
-is_deeply([ duplicates(@{ $drawn{seg} }) ], [], 'D: no segment ID twice over the primary and the promoted s1');
-note 'D: IDs drawn in all: ' . scalar(@{ $drawn{seg} }) . ' segment, ' . (scalar(@{ $drawn{snow} }) + scalar(@snow_after)) . ' snowflake';
-
+# --- D: the primary dies, s1 is promoted -------------------------------------
+failover_to(\%drawn, $primary, $s1, $t_stop);
 
 $s1->stop;
 $s2->stop;

@@ -11,8 +11,10 @@ use Exporter 'import';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use SegmentTap;
+use Test::More;
+use Time::HiRes ();
 
-our @EXPORT = qw(failover_cluster start_drawing finish_drawing);
+our @EXPORT = qw(failover_cluster start_drawing finish_drawing failover_to);
 
 # A primary (tag 'order', step 1000; snowflake worker id 7 under node name
 # node_a, both in postgresql.conf, so that a standby made from it has them)
@@ -95,6 +97,55 @@ sub finish_drawing
 		push @{ $drawn->{ $c->{name} =~ /_snow$/ ? 'snow' : 'seg' } }, client_ids($c);
 	}
 	return @c;
+}
+
+# D of the failover tests: the primary killed (kill -9), $standby (which
+# stopped at $t_stop and so missed everything after it) started with its
+# clock (its worker's and its sessions') reading 4 s after it stopped, a new
+# primary whose clock is behind, and promoted. Checks that it issues snowflake
+# IDs with worker id 7 (as the old primary), every one above every snowflake
+# ID the old primary issued (its high-water mark is one the standby had), and
+# segment IDs, none twice over everything in $drawn.
+sub failover_to
+{
+	my ($drawn, $primary, $standby, $t_stop) = @_;
+	my $name = $standby->name;
+	my $last_snow = SegmentTap::max_of(@{ $drawn->{snow} });
+	$primary->kill9;
+	$standby->append_conf('postgresql.conf',
+		'leaf_id.test_clock_offset_ms = ' . int(($t_stop + 4 - Time::HiRes::time()) * 1000) . "\n");
+	$standby->start;
+	$standby->promote;
+	$standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()') or die "$name was not promoted";
+	my @snow_after;
+	my $refusal = '';
+	my $deadline = Time::HiRes::time() + 30;
+	while (Time::HiRes::time() < $deadline && !@snow_after)
+	{
+		my $s = SegmentTap::try_sql($standby, 'postgres', 'SELECT leaf_snowflake_next() FROM generate_series(1, 200)');
+		if ($s->{ret} == 0) { @snow_after = grep { /^\d+$/ } split /\n/, $s->{out} }
+		else
+		{
+			$refusal = $s->{err};
+			Time::HiRes::usleep(200_000);
+		}
+	}
+	note "D: the promoted ${name}'s snowflake: " . (@snow_after ? scalar(@snow_after) . ' IDs' : "refused: $refusal");
+	cmp_ok(scalar @snow_after, '>', 0, "D: the promoted $name issues snowflake IDs, its clock set to 4 s after it stopped");
+	is(@snow_after ? $standby->safe_psql('postgres', "SELECT worker_id FROM leaf_snowflake_decode($snow_after[0])") : '',
+		'7', 'D: with worker id 7, as the old primary');
+	cmp_ok(SegmentTap::min_of(@snow_after) // 0, '>', $last_snow,
+		'D: every one is above every snowflake ID the old primary issued');
+	is_deeply([ SegmentTap::duplicates(@{ $drawn->{snow} }, @snow_after) ], [], 'D: no snowflake ID twice');
+
+	my @after = finish_drawing($drawn, 120,
+		start_drawing($standby, 'd', statements => 20, segment_clients => 3, snowflake => 0));
+	is(scalar(grep { $_->{rc} != 0 } @after), 0, "D: the promoted $name hands out segment IDs")
+	  or diag join("\n", map { "$_->{name}: $_->{stderr}" } @after);
+	is_deeply([ SegmentTap::duplicates(@{ $drawn->{seg} }) ], [],
+		"D: no segment ID twice over the primary and the promoted $name");
+	note 'D: IDs drawn in all: ' . scalar(@{ $drawn->{seg} }) . ' segment, '
+	  . (scalar(@{ $drawn->{snow} }) + scalar(@snow_after)) . ' snowflake';
 }
 
 1;
