@@ -49,11 +49,33 @@ fn set_note(what: &str) {
     let Some((db, role)) = NOTE_AT.with(|c| c.get()) else {
         return;
     };
+    report_activity(what);
     let Some(sh) = crate::runtime::shmem::shared() else {
         return;
     };
     let _g = sh.lock_db(db);
     sh.db(db).standby_wait[role as usize].set(0, what);
+}
+
+/// The worker's row in pg_stat_activity (its `query`, which only
+/// pg_read_all_stats members and superusers see) says what its commit waits
+/// for, and is idle again when nothing is waited for.
+fn report_activity(what: &str) {
+    let text = (!what.is_empty())
+        .then(|| {
+            std::ffi::CString::new(format!("leaf_id worker: its commit waits for {what}")).ok()
+        })
+        .flatten();
+    unsafe {
+        match &text {
+            Some(t) => {
+                pg_sys::pgstat_report_activity(pg_sys::BackendState::STATE_RUNNING, t.as_ptr())
+            }
+            None => {
+                pg_sys::pgstat_report_activity(pg_sys::BackendState::STATE_IDLE, std::ptr::null())
+            }
+        }
+    }
 }
 
 /// Around the worker's commit when synchronous standbys are defined: the

@@ -14,7 +14,7 @@ use SegmentTap;
 use Test::More;
 use Time::HiRes ();
 
-our @EXPORT = qw(failover_cluster start_drawing finish_drawing failover_to);
+our @EXPORT = qw(failover_cluster start_drawing finish_drawing failover_to worker_activity_while_waiting);
 
 # A primary (tag 'order', step 1000; snowflake worker id 7 under node name
 # node_a, both in postgresql.conf, so that a standby made from it has them)
@@ -146,6 +146,29 @@ sub failover_to
 		"D: no segment ID twice over the primary and the promoted $name");
 	note 'D: IDs drawn in all: ' . scalar(@{ $drawn->{seg} }) . ' segment, '
 	  . (scalar(@{ $drawn->{snow} }) + scalar(@snow_after)) . ' snowflake';
+}
+
+# What the worker's row in pg_stat_activity says while a caller waits for a
+# refill (a client asks for 2000 IDs of tag 'order' meanwhile, and is refused
+# when the worker's commit is not confirmed): "query | wait_event" of the
+# first row whose query starts with "leaf_id worker:", polled for up to 5 s;
+# '' when none came.
+sub worker_activity_while_waiting
+{
+	my ($node) = @_;
+	my $c = SegmentTap::start_client($node, 'postgres', 'activity_probe',
+		"SELECT count(leaf_segment_next('order')) FROM generate_series(1, 2000);\n");
+	my $seen = '';
+	my $deadline = Time::HiRes::time() + 5;
+	while (Time::HiRes::time() < $deadline && $seen eq '')
+	{
+		$seen = $node->safe_psql('postgres',
+			"SELECT query || ' | ' || coalesce(wait_event, '') FROM pg_stat_activity "
+			  . "WHERE query LIKE 'leaf_id worker: %' LIMIT 1");
+		Time::HiRes::usleep(50_000) if $seen eq '';
+	}
+	SegmentTap::finish_clients(30, $c);
+	return $seen;
 }
 
 1;
