@@ -162,6 +162,16 @@ pub const REPLICATION_SLOTS: &str = "SELECT slot_name::pg_catalog.text, \
      slot_type OPERATOR(pg_catalog.=) 'physical', temporary, restart_lsn::pg_catalog.text \
      FROM pg_catalog.pg_replication_slots";
 
+/// Worker ids other databases of this server are configured with
+/// (`ALTER DATABASE ... SET leaf_id.worker_id`, or `ALTER ROLE ... IN
+/// DATABASE` for the bootstrap superuser, whose role the workers run as): a
+/// claim from the registry leaves them free. $1: this database's OID.
+pub const WORKER_IDS_CONFIGURED_ELSEWHERE: &str = "SELECT DISTINCT pg_catalog.substr(c, 19)::pg_catalog.int4 \
+     FROM pg_catalog.pg_db_role_setting s, pg_catalog.unnest(s.setconfig) AS c \
+     WHERE s.setdatabase OPERATOR(pg_catalog.<>) $1 AND s.setdatabase OPERATOR(pg_catalog.<>) 0::pg_catalog.oid \
+       AND (s.setrole OPERATOR(pg_catalog.=) 0::pg_catalog.oid OR s.setrole OPERATOR(pg_catalog.=) 10::pg_catalog.oid) \
+       AND c OPERATOR(pg_catalog.~) '^leaf_id\\.worker_id=[0-9]{1,4}$'";
+
 pub const CITUS_METADATA_PRESENT: &str = "SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_shard') IS NOT NULL \
      AND pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL \
      AND pg_catalog.to_regclass('pg_catalog.pg_dist_local_group') IS NOT NULL";

@@ -85,7 +85,25 @@ pub fn plan(
     used_here: &[i64],
     avoid: Option<i64>,
 ) -> ClaimPlan {
-    match plan_in_registry(rows, node, configured, used_here, avoid) {
+    plan_keeping(rows, node, configured, used_here, avoid, &[])
+}
+
+/// `plan`, where a claim from the registry also never takes an id of
+/// `kept_for_others`: the ids other databases of this server are configured
+/// with (`leaf_id.worker_id` set for them), so that a database that claims
+/// first does not take the id another one will start with (that one would
+/// then be refused). An id this node already owns is kept.
+pub fn plan_keeping(
+    rows: &[RegistryRow],
+    node: &str,
+    configured: Option<i64>,
+    used_here: &[i64],
+    avoid: Option<i64>,
+    kept_for_others: &[i64],
+) -> ClaimPlan {
+    // the registry's answer, then the ids of this server's other generators
+    let in_registry = plan_in_registry(rows, node, configured, used_here, avoid, kept_for_others);
+    match in_registry {
         ClaimPlan::Reuse(id) if used_here.contains(&id) => ClaimPlan::UsedByOtherDatabase(id),
         ClaimPlan::Take(t) if used_here.contains(&t.id()) => ClaimPlan::UsedByOtherDatabase(t.id()),
         ClaimPlan::Move { take, .. } if used_here.contains(&take.id()) => {
@@ -95,12 +113,14 @@ pub fn plan(
     }
 }
 
+/// The plan from the registry alone (`plan_keeping`'s arguments).
 fn plan_in_registry(
     rows: &[RegistryRow],
     node: &str,
     configured: Option<i64>,
     used_here: &[i64],
     avoid: Option<i64>,
+    kept: &[i64],
 ) -> ClaimPlan {
     let own = rows.iter().find(|r| r.node_name == node);
     let take_of = |id: i64| match rows.iter().find(|r| r.worker_id == id) {
@@ -134,7 +154,8 @@ fn plan_in_registry(
                 .filter(|r| !r.released())
                 .map(|r| r.worker_id)
                 .collect();
-            let is_free = |id: &i64| !owned.contains(id) && !used_here.contains(id);
+            let is_free =
+                |id: &i64| !owned.contains(id) && !used_here.contains(id) && !kept.contains(id);
             let free = (0..=MAX_WORKER_ID)
                 .find(|id| is_free(id) && Some(*id) != avoid)
                 .or(avoid.filter(is_free));
@@ -399,6 +420,37 @@ mod tests {
                 release: 7,
                 take: Take::TakeOver(9)
             }
+        );
+    }
+
+    #[test]
+    fn ids_configured_for_other_databases_are_not_taken() {
+        let r = rows(&[(0, "x")]);
+        // 1 and 2 are other databases' configured ids: the lowest free is 3
+        assert_eq!(
+            plan_keeping(&r, "me", None, &[], None, &[1, 2]),
+            ClaimPlan::Take(Take::Insert(3))
+        );
+        // an id this node owns is kept (the other database is refused, as
+        // before, when it starts)
+        let r = rows(&[(0, "x"), (1, "me")]);
+        assert_eq!(
+            plan_keeping(&r, "me", None, &[], None, &[1]),
+            ClaimPlan::Reuse(1)
+        );
+        // a configured id is not affected
+        assert_eq!(
+            plan_keeping(&r, "me", Some(2), &[], None, &[2]),
+            ClaimPlan::Move {
+                release: 1,
+                take: Take::Insert(2)
+            }
+        );
+        // all free ids kept for others: full
+        let kept: Vec<i64> = (1..=MAX_WORKER_ID).collect();
+        assert_eq!(
+            plan_keeping(&rows(&[(0, "x")]), "me", None, &[], None, &kept),
+            ClaimPlan::Full
         );
     }
 

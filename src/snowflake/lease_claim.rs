@@ -49,6 +49,23 @@ pub(crate) fn configured_worker_id() -> Option<i64> {
     }
 }
 
+/// Worker ids other databases of this server are configured with, which a
+/// claim from the registry leaves free (F6 of the round 3 review: a database
+/// that claimed first took the id another one was configured with, and that
+/// one was refused).
+fn configured_for_other_databases(client: &mut SpiClient) -> Result<Vec<i64>, JobError> {
+    let rows = client
+        .update(
+            sql::WORKER_IDS_CONFIGURED_ELSEWHERE,
+            None,
+            &[unsafe { pg_sys::MyDatabaseId }.into()],
+        )
+        .map_err(spi_err)?;
+    Ok(rows
+        .filter_map(|r| r.get::<i32>(1).ok().flatten().map(i64::from))
+        .collect())
+}
+
 /// Worker ids the generators of the other databases of this server use
 /// (hold the global lock for an answer that stays true).
 fn used_by_other_databases(db: usize) -> Vec<i64> {
@@ -90,6 +107,10 @@ pub fn claim(schema: &Schema, db: usize, avoid: Option<i64>) -> Result<Claimed, 
     let mut released_at = 0;
     let mut waits_for_release = false;
     let (worker_id, persisted) = Spi::connect_mut(|client| {
+        let kept_for_others = match configured {
+            None => configured_for_other_databases(client)?,
+            Some(_) => Vec::new(),
+        };
         for _attempt in 0..10 {
             let rows = registry(client, schema)?;
             let take = |client: &mut SpiClient, take: Take| -> Result<bool, JobError> {
@@ -112,7 +133,14 @@ pub fn claim(schema: &Schema, db: usize, avoid: Option<i64>) -> Result<Claimed, 
                 };
                 Ok(!got.map_err(spi_err)?.is_empty())
             };
-            let id = match claim::plan(&rows, &node, configured, &used_here, avoid) {
+            let id = match claim::plan_keeping(
+                &rows,
+                &node,
+                configured,
+                &used_here,
+                avoid,
+                &kept_for_others,
+            ) {
                 ClaimPlan::Reuse(id) => {
                     let row = rows
                         .iter()

@@ -61,5 +61,22 @@ is( $node->safe_psql('postgres', q{SELECT worker_id, node_name FROM leaf_worker 
 	"7|someone-else\n8|$my_node",
 	'leaf_worker: 8 registered for this node, 7 unchanged');
 
+# Another database of the server configured with an id (ALTER DATABASE ...
+# SET leaf_id.worker_id) keeps it: a database that claims from its registry
+# first takes another id, and the configured one then starts (review F6: it
+# was refused with 55000, its id taken by the first).
+$node->safe_psql('postgres', 'CREATE DATABASE conf_a');
+$node->safe_psql('postgres', 'ALTER DATABASE conf_a SET leaf_id.worker_id = 0');
+$node->safe_psql('postgres', 'CREATE DATABASE claim_b');
+$node->safe_psql('postgres', 'ALTER DATABASE claim_b SET leaf_id.worker_id = -1');
+$node->safe_psql('claim_b', 'CREATE EXTENSION leaf_id');
+$r = try_sql($node, 'claim_b', 'SELECT (leaf_snowflake_decode(leaf_snowflake_next())).worker_id');
+is($r->{out}, '1', 'claim_b claims from its empty registry: 1, not 0, which conf_a is configured with')
+  or diag $r->{err};
+$node->safe_psql('conf_a', 'CREATE EXTENSION leaf_id');
+$r = try_sql($node, 'conf_a', 'SELECT (leaf_snowflake_decode(leaf_snowflake_next())).worker_id');
+is($r->{sqlstate}, undef, 'conf_a starts with its configured worker id') or diag $r->{err};
+is($r->{out}, '0', 'conf_a issues with worker id 0');
+
 $node->stop;
 done_testing();
