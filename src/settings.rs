@@ -123,7 +123,7 @@ pub fn register(preloading: bool) {
     GucRegistry::define_int_guc(
         c"leaf_id.worker_id",
         c"Snowflake worker id (0..1023), or -1 to claim one from the leaf_worker table.",
-        c"Read when the database's leaf_id background worker starts. A configured id that leaf_worker gives to another node is refused.",
+        c"Read when the database's snowflake worker starts, and at a reload that changes it (the worker then closes its generator and claims again). A configured id that leaf_worker gives to another node is refused.",
         &WORKER_ID,
         -1,
         1023,
