@@ -20,6 +20,8 @@
 #     puts the plain install back (on 16 to 18: the payload checked and
 #     unpacked into the server)
 #  6. client examples in examples/ (Python psycopg + SQLAlchemy, Rust postgres)
+#  6b. the monitoring test: Debian's prometheus-postgres-exporter with
+#     examples/prometheus/queries.yaml against a real server
 #  then, once every major is built and installed:
 #  7. TAP tests in tests/tap (crashes, restarts, clock, several databases) of
 #     every major (18's with pg_upgrade from each older major run:
@@ -106,6 +108,15 @@ for major in $MAJORS; do
 
     echo "== client examples, PostgreSQL $PG_MAJOR"
     bash scripts/test-examples.sh
+
+    echo "== monitoring (prometheus-postgres-exporter), PostgreSQL $PG_MAJOR"
+    rc=0
+    bash scripts/test-monitoring.sh || rc=$?
+    case $rc in
+      0) ;;
+      3) echo "monitoring test on $PG_MAJOR: SKIPPED (see its SKIP line above)" >>"$NOTES" ;;
+      *) exit "$rc" ;;
+    esac
   )
   ran+=("$major")
   first=0
