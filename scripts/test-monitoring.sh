@@ -83,7 +83,7 @@ check(value(first, "pg_up") == 1, "the exporter reaches the server (pg_up 1)")
 check((value(first, "pg_exporter_user_queries_load_error") or 0) == 0, "queries.yaml loads without error")
 r1 = value(first, "leaf_id_segment_refills", tag="order")
 check(r1 is not None and r1 >= 1, f"leaf_id_segment_refills of tag order is there ({r1})")
-for name in ("current_segment_left", "dynamic_step", "waits", "ids_left_in_domain", "failed", "next_ready"):
+for name in ("current_segment_left", "dynamic_step", "waits", "ids_left_in_domain", "missing", "next_ready"):
     check(value(first, "leaf_id_segment_" + name, tag="order") is not None, f"leaf_id_segment_{name} is there")
 check(value(first, "leaf_id_snowflake_worker_id", state="ready") is not None,
       f"leaf_id_snowflake_worker_id of the ready generator ({value(first, 'leaf_id_snowflake_worker_id', state='ready')})")
