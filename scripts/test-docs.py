@@ -38,6 +38,21 @@ CONTEXTS = {
         " INSERT INTO orders (item) VALUES ('a'), ('b');", "fresh"),
     "ALTER DATABASE app RENAME TO app_old;": ("CREATE DATABASE app;", "postgres"),
     "CREATE EXTENSION IF NOT EXISTS leaf_id;": ("", "fresh"),
+    # docs/reference.md's one-line examples
+    "SELECT leaf_segment_next('order');": ("INSERT INTO leaf_alloc (biz_tag, step) VALUES ('order', 1000);", "fresh"),
+    "SELECT tag, status, waits FROM leaf_segment_status;": ("", "fresh"),
+    "SELECT leaf_id_reset_cache();": ("", "fresh"),
+    "SELECT leaf_snowflake_next();": ("", "fresh"),
+    "SELECT * FROM leaf_snowflake_decode(leaf_snowflake_next());": ("", "fresh"),
+    "SELECT leaf_snowflake_min_id(now() - interval '1 day');": ("", "fresh"),
+    "SELECT state, worker_id, persisted_mark FROM leaf_snowflake_status;": ("", "fresh"),
+    "SELECT leaf_snowflake_release_worker_id(3);": (
+        "INSERT INTO leaf_worker (worker_id, node_name) VALUES (3, 'gone-node');", "fresh"),
+    "SELECT leaf_snowflake_adopt_sequence('events_id_seq');": ("CREATE TABLE events (id bigserial PRIMARY KEY);", "fresh"),
+    "SELECT leaf_opaque_create('orders', 53);": ("", "fresh"),
+    "SELECT leaf_opaque_decode('orders', leaf_opaque_encode('orders', 42));   -- 42": (
+        "SELECT leaf_opaque_create('orders', 53);", "fresh"),
+    "SELECT leaf_opaque_grant('orders', 'order', 1);": ("SELECT leaf_opaque_create('orders', 53);", "fresh"),
 }
 # blocks run by another suite: the file that must hold them, and how it
 # spells the statement

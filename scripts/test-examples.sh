@@ -58,6 +58,8 @@ run_example "django (examples/python/django_orders.py)" django_example \
 run_example "rust (examples/rust)" rust_example cargo run --quiet --manifest-path "$RUST_MANIFEST"
 run_example "docs (the SQL blocks of README.md and docs/, scripts/test-docs.py)" docs_example \
   "$PYTHON" scripts/test-docs.py
+run_example "reference (docs/reference.md and the errors table, scripts/test-reference.py)" reference_example \
+  env ERRCODES_TXT="$("$PG_CONFIG" --sharedir)/errcodes.txt" "$PYTHON" scripts/test-reference.py
 
 if [ "$failed" -ne 0 ]; then
   echo "test-examples: leaf_id lines and server errors from $DATA/server.log:"
