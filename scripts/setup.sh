@@ -33,7 +33,7 @@ fi
 
 need_pkgs=()
 for p in postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang libipc-run-perl sudo pkg-config make \
-  dpkg-dev python3-psycopg python3-psycopg2 python3-sqlalchemy python3-pip "$@"; do
+  dpkg-dev python3-psycopg python3-psycopg2 python3-sqlalchemy python3-pip ruby-activerecord ruby-pg "$@"; do
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

@@ -115,7 +115,8 @@ def main():
             return 1
         ran += 1
         # what a block created in the cluster goes, so the next one starts clean
-        for leftover in ("app_copy", "app", "app_old"):
+        # (its database too: its workers would hold worker slots until idle)
+        for leftover in (db, "app_copy", "app", "app_old"):
             psql("postgres", f"DROP DATABASE IF EXISTS {leftover} WITH (FORCE);")
     print(f"test-docs: {ran} SQL blocks of README.md and docs/ ran as written")
     return 0

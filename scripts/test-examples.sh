@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the client examples in examples/ (Python: psycopg 3 and SQLAlchemy,
-# and Django 5.2; Rust: the postgres crate) and the SQL blocks of the docs against a throwaway cluster with leaf_id
+# and Django 5.2; Rust: the postgres crate; Ruby: ActiveRecord; Node.js: pg
+# and Sequelize) and the SQL blocks of the docs against a throwaway cluster with leaf_id
 # installed and preloaded (target/examples-cluster, port EXAMPLES_PORT,
 # default 28881), each in its own fresh database. Exits non-zero when any
 # example fails. Needs the Debian packages python3-psycopg, python3-psycopg2
@@ -32,6 +33,28 @@ if ! PYTHONPATH=$PYDEPS "$PYTHON" -c 'import django, psycopg, sys; sys.exit(djan
   "$PYTHON" -m pip install --quiet --disable-pip-version-check --target "$PYDEPS" "${DJANGO[@]}"
 fi
 
+# Node.js: node and npm from the machine (Debian's nodejs and npm when there
+# are none), pg and Sequelize pinned by examples/node/package-lock.json,
+# installed with npm ci into target/nodedeps once per lock file
+NODEDEPS=$ROOT/target/nodedeps
+node_skip=
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o DPkg::Lock::Timeout=300 nodejs npm >/dev/null 2>&1 ||
+    node_skip="no node and npm, and apt-get install nodejs npm failed"
+fi
+lock_stamp=$(sha256sum examples/node/package-lock.json | cut -c1-16)
+if [ -z "$node_skip" ] && [ "$(cat "$NODEDEPS/.stamp" 2>/dev/null)" != "$lock_stamp" ]; then
+  echo "test-examples: npm ci (examples/node/package-lock.json) into $NODEDEPS"
+  rm -rf "$NODEDEPS"; mkdir -p "$NODEDEPS"
+  cp examples/node/package.json examples/node/package-lock.json "$NODEDEPS/"
+  if (cd "$NODEDEPS" && npm ci --no-audit --no-fund --loglevel=error >npm.log 2>&1); then
+    echo "$lock_stamp" >"$NODEDEPS/.stamp"
+  else
+    cat "$NODEDEPS/npm.log"
+    node_skip="npm ci failed (the npm registry unreachable?), see above"
+  fi
+fi
+
 mkdir -p "$ROOT/target"; ensure_postgres_can_reach "$ROOT/target"
 cluster_stop "$DATA" immediate # a leftover of an interrupted run
 cluster_init "$DATA" "$PORT"
@@ -56,6 +79,15 @@ run_example "python (examples/python/orders.py)" python_example "$PYTHON" exampl
 run_example "django (examples/python/django_orders.py)" django_example \
   env PYTHONPATH="$PYDEPS" "$PYTHON" examples/python/django_orders.py
 run_example "rust (examples/rust)" rust_example cargo run --quiet --manifest-path "$RUST_MANIFEST"
+run_example "ruby (examples/ruby/orders.rb, ActiveRecord)" ruby_example /usr/bin/ruby examples/ruby/orders.rb
+if [ -z "$node_skip" ]; then
+  run_example "node (examples/node/orders.js, pg and Sequelize)" node_example \
+    env NODE_PATH="$NODEDEPS/node_modules" node examples/node/orders.js
+else
+  echo "################################################################################"
+  echo "SKIP: the Node.js example: $node_skip"
+  echo "################################################################################"
+fi
 run_example "docs (the SQL blocks of README.md and docs/, scripts/test-docs.py)" docs_example \
   "$PYTHON" scripts/test-docs.py
 run_example "reference (docs/reference.md and the errors table, scripts/test-reference.py)" reference_example \
