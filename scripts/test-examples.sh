@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the client examples in examples/ (Python: psycopg 3 and SQLAlchemy,
-# and Django 5.2; Rust: the postgres crate; Ruby: ActiveRecord; Node.js: pg
-# and Sequelize) and the SQL blocks of the docs against a throwaway cluster with leaf_id
+# and Django 5.2; Rust: the postgres crate and sqlx; Ruby: ActiveRecord;
+# Node.js: pg and Sequelize) and the SQL blocks of the docs against a throwaway cluster with leaf_id
 # installed and preloaded (target/examples-cluster, port EXAMPLES_PORT,
 # default 28881), each in its own fresh database. Exits non-zero when any
 # example fails. Needs the Debian packages python3-psycopg, python3-psycopg2
@@ -22,8 +22,11 @@ RUST_MANIFEST=$ROOT/examples/rust/Cargo.toml
 # its own target directory: the example is a standalone crate
 export CARGO_TARGET_DIR=$ROOT/target/examples
 
+SQLX_MANIFEST=$ROOT/examples/rust-sqlx/Cargo.toml
+
 # build first, before the cluster is up
 cargo build --quiet --manifest-path "$RUST_MANIFEST"
+cargo build --quiet --manifest-path "$SQLX_MANIFEST"
 PYDEPS=$ROOT/target/pydeps
 # Django 5.2 needs psycopg 3.1.8 or newer; bookworm has 3.1.7
 DJANGO=('django>=5.2,<5.3' 'psycopg[binary]>=3.1.8,<3.3')
@@ -79,6 +82,7 @@ run_example "python (examples/python/orders.py)" python_example "$PYTHON" exampl
 run_example "django (examples/python/django_orders.py)" django_example \
   env PYTHONPATH="$PYDEPS" "$PYTHON" examples/python/django_orders.py
 run_example "rust (examples/rust)" rust_example cargo run --quiet --manifest-path "$RUST_MANIFEST"
+run_example "rust sqlx (examples/rust-sqlx)" sqlx_example cargo run --quiet --manifest-path "$SQLX_MANIFEST"
 run_example "ruby (examples/ruby/orders.rb, ActiveRecord)" ruby_example /usr/bin/ruby examples/ruby/orders.rb
 if [ -z "$node_skip" ]; then
   run_example "node (examples/node/orders.js, pg and Sequelize)" node_example \
