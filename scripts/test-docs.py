@@ -38,6 +38,13 @@ CONTEXTS = {
         " INSERT INTO orders (item) VALUES ('a'), ('b');", "fresh"),
     "ALTER DATABASE app RENAME TO app_old;": ("CREATE DATABASE app;", "postgres"),
     "CREATE EXTENSION IF NOT EXISTS leaf_id;": ("", "fresh"),
+    # docs/operations.md's migrations
+    "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('order_key', 1000);": (
+        "CREATE TABLE orders_uuid (uuid uuid PRIMARY KEY DEFAULT gen_random_uuid(), item text);"
+        " CREATE TABLE order_lines (order_uuid uuid REFERENCES orders_uuid, qty int);"
+        " INSERT INTO orders_uuid (item) SELECT 'item ' || g FROM generate_series(1, 100) g;"
+        " INSERT INTO order_lines SELECT uuid, 1 FROM orders_uuid;", "fresh"),
+    "VALUES ('leaf-segment-test', 4001, 2000, 'Test leaf Segment Mode Get Id', '2026-11-30 10:00:00');": ("", "fresh"),
     # docs/reference.md's one-line examples
     "SELECT leaf_segment_next('order');": ("INSERT INTO leaf_alloc (biz_tag, step) VALUES ('order', 1000);", "fresh"),
     "SELECT tag, status, waits FROM leaf_segment_status;": ("", "fresh"),
