@@ -329,7 +329,9 @@ def main():
     for p in senders:
         p.send_signal(signal.SIGSTOP)
     log(f"C: stopped the walsenders of {lead}")
-    time.sleep(6)
+    # long enough for both modes to run out under load: two segments, then
+    # leaf_id.refill_timeout (3 s); the lease (3 s), then the same wait
+    time.sleep(9)
     on_old = {m: [(tt, ids, err, port) for tt, ids, err, port in drawn[m] if tt > t_lag] for m in drawn}
     refused = {m: any(err == "55P03" for _, _, err, _ in on_old[m]) for m in on_old}
     after_lag = {m: sum(len(ids) for _, ids, _, _ in on_old[m]) for m in on_old}
