@@ -91,6 +91,8 @@ else
   echo "################################################################################"
   echo "SKIP: the Node.js example: $node_skip"
   echo "################################################################################"
+  # repeated on the test command's last line (scripts/test.sh empties this file at its start)
+  echo "Node.js example on $PG_MAJOR: SKIPPED ($node_skip)" >>"$ROOT/target/test-skips"
 fi
 run_example "docs (the SQL blocks of README.md and docs/, scripts/test-docs.py)" docs_example \
   "$PYTHON" scripts/test-docs.py
