@@ -16,7 +16,6 @@ import os
 import re
 import statistics
 import subprocess
-import sys
 import time
 
 import psycopg2

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Patroni test (tests/patroni/failover.py): three PostgreSQL nodes of the
-# server scripts/pg.sh picks (PG_MAJOR; 17 in the test command) under Patroni
+# server scripts/pg.sh picks (PG_MAJOR; every major in the test command) under Patroni
 # 4.1.5 with its Raft DCS, on loopback, with leaf_id preloaded (it must be
 # installed: scripts/install.sh). Patroni and its dependencies are installed
 # from PyPI, pinned by version and sha256 (tests/patroni/requirements.txt),

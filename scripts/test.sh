@@ -19,7 +19,9 @@
 #  5. the Debian package (scripts/package.sh): apt-get install, IDs, removal;
 #     puts the plain install back (on 16 to 18: the payload checked and
 #     unpacked into the server)
-#  6. client examples in examples/ (Python psycopg + SQLAlchemy, Rust postgres)
+#  6. client examples in examples/ (Python psycopg, SQLAlchemy and Django;
+#     Rust postgres and sqlx; Ruby ActiveRecord; Node.js pg and Sequelize),
+#     the docs' SQL blocks and the reference check
 #  6b. the monitoring test: Debian's prometheus-postgres-exporter with
 #     examples/prometheus/queries.yaml against a real server
 #  then, once every major is built and installed:

@@ -389,10 +389,6 @@ fn raw_code_of(caught: PgSqlErrorCode) -> i32 {
     }
 }
 
-/// Did the last commit reach the synchronous standbys, if any are
-/// configured? A cancel (pg_cancel_backend, or SIGTERM) ends the commit's
-/// wait for them early: the commit is durable here but maybe not on the
-/// standby, so after a failover what it reserved could be reserved again.
 /// Are synchronous standbys defined (synchronous_standby_names, as the
 /// walsenders last read it)? Then a commit waits for them.
 fn synchronous_standbys_defined() -> bool {
@@ -406,6 +402,10 @@ fn synchronous_standbys_defined() -> bool {
     }
 }
 
+/// Did the last commit reach the synchronous standbys, if any are
+/// configured? A cancel (pg_cancel_backend, or SIGTERM) ends the commit's
+/// wait for them early: the commit is durable here but maybe not on the
+/// standby, so after a failover what it reserved could be reserved again.
 fn commit_replicated() -> bool {
     if !synchronous_standbys_defined() {
         return true;

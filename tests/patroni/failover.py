@@ -238,9 +238,9 @@ def drawer(mode):
                 cur.execute("SET statement_timeout = '10s'")
                 cur.execute(QUERY[mode])
                 ids = [r[0] for r in cur.fetchall()]
-            drawn[mode].append((time.monotonic(), ids, None, con.info.port))
+            drawn[mode].append((time.monotonic(), ids, None))
         except psycopg2.Error as e:
-            drawn[mode].append((time.monotonic(), [], e.pgcode or "connection", None))
+            drawn[mode].append((time.monotonic(), [], e.pgcode or "connection"))
             try:
                 if con is not None:
                     con.close()
@@ -253,12 +253,12 @@ def drawer(mode):
 
 def gap(mode, t_from, t_to):
     """The longest time in [t_from, t_to] without an ID of mode."""
-    times = [t_from] + [t for t, ids, _, _ in drawn[mode] if ids and t_from <= t <= t_to] + [t_to]
+    times = [t_from] + [t for t, ids, _ in drawn[mode] if ids and t_from <= t <= t_to] + [t_to]
     return max(b - a for a, b in zip(times, times[1:]))
 
 
 def issued_after(mode, t):
-    return any(ids for tt, ids, _, _ in drawn[mode] if tt > t)
+    return any(ids for tt, ids, _ in drawn[mode] if tt > t)
 
 
 def wait_issuing(after, timeout=90):
@@ -332,10 +332,10 @@ def main():
     # long enough for both modes to run out under load: two segments, then
     # leaf_id.refill_timeout (3 s); the lease (3 s), then the same wait
     time.sleep(9)
-    on_old = {m: [(tt, ids, err, port) for tt, ids, err, port in drawn[m] if tt > t_lag] for m in drawn}
-    refused = {m: any(err == "55P03" for _, _, err, _ in on_old[m]) for m in on_old}
-    after_lag = {m: sum(len(ids) for _, ids, _, _ in on_old[m]) for m in on_old}
-    last_id_at = {m: max([tt - t_lag for tt, ids, _, _ in on_old[m] if ids], default=0.0) for m in on_old}
+    on_old = {m: [d for d in drawn[m] if d[0] > t_lag] for m in drawn}
+    refused = {m: any(err == "55P03" for _, _, err in on_old[m]) for m in on_old}
+    after_lag = {m: sum(len(ids) for _, ids, _ in on_old[m]) for m in on_old}
+    last_id_at = {m: max([tt - t_lag for tt, ids, _ in on_old[m] if ids], default=0.0) for m in on_old}
     log(f"C: with the standbys stopped the leader issued {after_lag} IDs, the last after "
         f"{last_id_at['segment']:.1f} s (segment) and {last_id_at['snowflake']:.1f} s (snowflake)")
     if RULE != "off":
@@ -385,10 +385,10 @@ def main():
 
     # the rule: no ID twice
     for mode in drawn:
-        ids = [i for _, batch, _, _ in drawn[mode] for i in batch]
+        ids = [i for _, batch, _ in drawn[mode] for i in batch]
         dups = len(ids) - len(set(ids))
         check(len(ids) > 0 and dups == 0, f"no {mode} ID twice ({len(ids)} drawn, {dups} twice)")
-    worker_ids = {(i >> 12) & 0x3FF for _, batch, _, _ in drawn["snowflake"] for i in batch}
+    worker_ids = {(i >> 12) & 0x3FF for _, batch, _ in drawn["snowflake"] for i in batch}
     check(worker_ids == {7}, f"every snowflake ID has worker id 7 ({sorted(worker_ids)})")
 
     print("\nscenario | leader after | time without segment IDs | without snowflake IDs")
@@ -396,7 +396,7 @@ def main():
         print(f"{key}: {what} | {lead_after} | {gap('segment', a, b):.2f} s | {gap('snowflake', a, b):.2f} s")
     errors = {}
     for mode in drawn:
-        for _, _, err, _ in drawn[mode]:
+        for _, _, err in drawn[mode]:
             if err:
                 errors[(mode, err)] = errors.get((mode, err), 0) + 1
     print(f"refused statements (mode, SQLSTATE): {errors}")

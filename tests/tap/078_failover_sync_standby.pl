@@ -65,13 +65,7 @@ like($r->{err}, qr/the worker's commit waits for the synchronous standbys of syn
 	'C: the message says that the worker waits for the synchronous standbys');
 note sprintf('C: the new call was refused after %.2f s: %s', $waited, $r->{err});
 cmp_ok($waited, '<', 4.5, 'C: it waited at most about leaf_id.refill_timeout (3 s)');
-my $activity = worker_activity_while_waiting($primary);
-note "C: the worker in pg_stat_activity: $activity";
-like($activity, qr/^leaf_id worker: its commit waits for the synchronous standbys .* \| SyncRep$/,
-	"C: the worker's row in pg_stat_activity says that its commit waits for the synchronous standbys (SyncRep)");
-my $last_snow = max_of(@{ $drawn{snow} });
-note sprintf('C: the primary issued its last snowflake ID %.0f ms after s1 stopped',
-	($last_snow >> 22) + 1288834974657 - $t_stop * 1000);
+check_worker_activity($primary, qr/^leaf_id worker: its commit waits for the synchronous standbys .* \| SyncRep$/, 'says that its commit waits for the synchronous standbys (SyncRep)');
 
 # --- D: the primary dies, s1 is promoted -------------------------------------
 failover_to(\%drawn, $primary, $s1, $t_stop);

@@ -14,7 +14,7 @@ use SegmentTap;
 use Test::More;
 use Time::HiRes ();
 
-our @EXPORT = qw(failover_cluster start_drawing finish_drawing failover_to worker_activity_while_waiting);
+our @EXPORT = qw(failover_cluster start_drawing finish_drawing failover_to check_worker_activity);
 
 # A primary (tag 'order', step 1000; snowflake worker id 7 under node name
 # node_a, both in postgresql.conf, so that a standby made from it has them)
@@ -111,6 +111,8 @@ sub failover_to
 	my ($drawn, $primary, $standby, $t_stop) = @_;
 	my $name = $standby->name;
 	my $last_snow = SegmentTap::max_of(@{ $drawn->{snow} });
+	note sprintf("C: the primary issued its last snowflake ID %.0f ms after $name stopped",
+		($last_snow >> 22) + 1288834974657 - $t_stop * 1000);
 	$primary->kill9;
 	$standby->append_conf('postgresql.conf',
 		'leaf_id.test_clock_offset_ms = ' . int(($t_stop + 4 - Time::HiRes::time()) * 1000) . "\n");
@@ -148,14 +150,14 @@ sub failover_to
 	  . (scalar(@{ $drawn->{snow} }) + scalar(@snow_after)) . ' snowflake';
 }
 
-# What the worker's row in pg_stat_activity says while a caller waits for a
-# refill (a client asks for 2000 IDs of tag 'order' meanwhile, and is refused
-# when the worker's commit is not confirmed): "query | wait_event" of the
-# first row whose query starts with "leaf_id worker:", polled for up to 5 s;
-# '' when none came.
-sub worker_activity_while_waiting
+# Checks that the worker's row in pg_stat_activity matches $re while a
+# caller waits for a refill (a client asks for 2000 IDs of tag 'order'
+# meanwhile, and is refused when the worker's commit is not confirmed):
+# "query | wait_event" of the first row whose query starts with
+# "leaf_id worker:", polled for up to 5 s ('' when none came).
+sub check_worker_activity
 {
-	my ($node) = @_;
+	my ($node, $re, $what) = @_;
 	my $c = SegmentTap::start_client($node, 'postgres', 'activity_probe',
 		"SELECT count(leaf_segment_next('order')) FROM generate_series(1, 2000);\n");
 	my $seen = '';
@@ -168,7 +170,8 @@ sub worker_activity_while_waiting
 		Time::HiRes::usleep(50_000) if $seen eq '';
 	}
 	SegmentTap::finish_clients(30, $c);
-	return $seen;
+	note "C: the worker in pg_stat_activity: $seen";
+	like($seen, $re, "C: the worker's row in pg_stat_activity $what");
 }
 
 1;
