@@ -53,6 +53,7 @@ CONTEXTS = {
     "SELECT * FROM leaf_snowflake_decode(leaf_snowflake_next());": ("", "fresh"),
     "SELECT leaf_snowflake_min_id(now() - interval '1 day');": ("", "fresh"),
     "SELECT state, worker_id, persisted_mark FROM leaf_snowflake_status;": ("", "fresh"),
+    "SELECT mode, standby_wait, now() - standby_wait_since AS waiting FROM leaf_id_worker_status;": ("", "fresh"),
     "SELECT leaf_snowflake_release_worker_id(3);": (
         "INSERT INTO leaf_worker (worker_id, node_name) VALUES (3, 'gone-node');", "fresh"),
     "SELECT leaf_snowflake_adopt_sequence('events_id_seq');": ("CREATE TABLE events (id bigserial PRIMARY KEY);", "fresh"),

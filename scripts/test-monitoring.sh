@@ -89,7 +89,10 @@ check(value(first, "leaf_id_snowflake_worker_id", state="ready") is not None,
       f"leaf_id_snowflake_worker_id of the ready generator ({value(first, 'leaf_id_snowflake_worker_id', state='ready')})")
 for name in ("rollback_events", "mark_ahead_seconds", "layout_seconds_left", "failed"):
     check(value(first, "leaf_id_snowflake_" + name) is not None, f"leaf_id_snowflake_{name} is there")
-check(value(first, "leaf_id_worker_waiting_for_standby") == 0, "leaf_id_worker_waiting_for_standby is 0")
+for mode in ("segment", "snowflake"):
+    check(value(first, "leaf_id_worker_running", mode=mode) == 1, f"leaf_id_worker_running of the {mode} worker is 1")
+    for name in ("waiting_for_standby", "standby_wait_seconds", "standby_lag_bytes"):
+        check(value(first, "leaf_id_worker_" + name, mode=mode) == 0, f"leaf_id_worker_{name} of the {mode} worker is 0")
 left1 = value(first, "leaf_id_segment_current_segment_left", tag="order")
 draw("SELECT count(leaf_segment_next('order')) FROM generate_series(1, 5000)")
 time.sleep(0.5)

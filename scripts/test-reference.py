@@ -46,7 +46,7 @@ def main():
     settings = set(psql(DB, "SELECT name FROM pg_settings WHERE name LIKE 'leaf_id.%'"))
     columns = {v: psql(DB, f"SELECT attname FROM pg_attribute WHERE attrelid = '{v}'::regclass "
                            "AND attnum > 0 AND NOT attisdropped ORDER BY attnum")
-               for v in ("leaf_segment_status", "leaf_snowflake_status")}
+               for v in ("leaf_segment_status", "leaf_snowflake_status", "leaf_id_worker_status")}
     psql("postgres", f"DROP DATABASE {DB} WITH (FORCE);")
 
     text = open(os.path.join(ROOT, "docs", "reference.md"), encoding="utf-8").read()

@@ -2,6 +2,7 @@
 
 CREATE VIEW leaf_segment_status AS SELECT * FROM leaf_segment_status();
 CREATE VIEW leaf_snowflake_status AS SELECT * FROM leaf_snowflake_status();
+CREATE VIEW leaf_id_worker_status AS SELECT * FROM leaf_id_worker_status();
 
 COMMENT ON FUNCTION leaf_segment_next(text) IS
   'Next ID of a segment-mode tag (a row of leaf_alloc): unique per tag and database, increasing apart from gaps.';
@@ -14,7 +15,7 @@ COMMENT ON VIEW leaf_segment_status IS
 COMMENT ON FUNCTION leaf_snowflake_next() IS
   'Next snowflake ID: (ms - epoch) << 22 | worker_id << 12 | sequence, as Meituan Leaf.';
 COMMENT ON FUNCTION leaf_snowflake_next(integer) IS
-  'n snowflake IDs in one call (a set, increasing); one compare-and-swap per millisecond run of up to 4096.';
+  'n snowflake IDs in one call (a set, increasing); one compare-and-swap per chunk of up to 256 IDs, at most 3,072 per millisecond (the top 1,024 sequence numbers stay for single calls).';
 COMMENT ON FUNCTION leaf_snowflake_decode(bigint) IS
   'Timestamp, worker id and sequence of a snowflake ID, with leaf_id.epoch_ms (STABLE: use the form with the epoch in indexes).';
 COMMENT ON FUNCTION leaf_snowflake_decode(bigint, bigint) IS
@@ -27,6 +28,10 @@ COMMENT ON FUNCTION leaf_snowflake_status() IS
   'Snowflake generator of this database: worker id and its source, clock marks, rollback events.';
 COMMENT ON VIEW leaf_snowflake_status IS
   'Snowflake generator of this database: worker id and its source, clock marks, rollback events.';
+COMMENT ON FUNCTION leaf_id_worker_status() IS
+  'This database''s two workers (segment, snowflake): the pid of each that runs, and what its last commit waits for before what it reserved is used (the standby slots of leaf_id.synchronized_standby_slots and the most bytes one is behind, or the synchronous standbys), since when.';
+COMMENT ON VIEW leaf_id_worker_status IS
+  'This database''s two workers (segment, snowflake): the pid of each that runs, and what its last commit waits for before what it reserved is used (the standby slots of leaf_id.synchronized_standby_slots and the most bytes one is behind, or the synchronous standbys), since when.';
 COMMENT ON FUNCTION leaf_id_worker_row_conflict(integer, text, bigint) IS
   'Internal: raises an error; the worker''s guarded updates of leaf_worker call it on a copy whose row is not as expected.';
 COMMENT ON FUNCTION leaf_id_alloc_row_conflict(text, bigint) IS
@@ -38,7 +43,7 @@ COMMENT ON FUNCTION leaf_id_reset_cache() IS
 -- a database that had leaf_id before must not reuse what was cached from the dropped tables
 SELECT leaf_id_reset_cache();
 
--- Operator functions (README, "Operator functions" and "Adopting an existing
+-- Operator functions (docs/operations.md, "Operator functions" and "Adopting an existing
 -- sequence"): superusers only. Each runs under a fixed search_path and names
 -- tables and functions with their schema, so nothing planted elsewhere runs.
 
@@ -559,13 +564,15 @@ BEGIN
                    'pg_monitor'::pg_catalog.regrole::pg_catalog.oid, 'EXECUTE'
               FROM pg_catalog.unnest(ARRAY[
                   '@extschema@.leaf_segment_status()'::pg_catalog.regprocedure,
-                  '@extschema@.leaf_snowflake_status()']) f
+                  '@extschema@.leaf_snowflake_status()',
+                  '@extschema@.leaf_id_worker_status()']) f
             UNION ALL
             SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, v::pg_catalog.oid,
                    'pg_monitor'::pg_catalog.regrole::pg_catalog.oid, 'SELECT'
               FROM pg_catalog.unnest(ARRAY[
                   '@extschema@.leaf_segment_status'::pg_catalog.regclass,
                   '@extschema@.leaf_snowflake_status',
+                  '@extschema@.leaf_id_worker_status',
                   '@extschema@.leaf_opaque_domains']) v
         ), member AS (
             SELECT d.classid, d.objid,

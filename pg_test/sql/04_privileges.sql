@@ -24,6 +24,8 @@ SELECT regress_sqlstate('SELECT * FROM leaf_segment_status') AS segment_status_v
 SELECT regress_sqlstate('SELECT * FROM leaf_segment_status()') AS segment_status_function;
 SELECT regress_sqlstate('SELECT * FROM leaf_snowflake_status') AS snowflake_status_view;
 SELECT regress_sqlstate('SELECT * FROM leaf_snowflake_status()') AS snowflake_status_function;
+SELECT regress_sqlstate('SELECT * FROM leaf_id_worker_status') AS worker_status_view;
+SELECT regress_sqlstate('SELECT * FROM leaf_id_worker_status()') AS worker_status_function;
 -- the tables are the superuser's (42501)
 SELECT regress_sqlstate('SELECT * FROM leaf_alloc') AS read_alloc;
 SELECT regress_sqlstate($$UPDATE leaf_alloc SET max_id = 1 WHERE biz_tag = 'priv'$$) AS rewind_alloc;
@@ -40,6 +42,7 @@ RESET ROLE;
 SET ROLE regress_leaf_monitor;
 SELECT count(*) >= 1 AS sees_tags FROM leaf_segment_status WHERE tag = 'priv';
 SELECT state FROM leaf_snowflake_status;
+SELECT mode, standby_wait, standby_wait_since, standby_lag_bytes FROM leaf_id_worker_status ORDER BY mode;
 SELECT regress_sqlstate('SELECT leaf_id_reset_cache()') AS monitor_reset_cache;
 RESET ROLE;
 

@@ -8,7 +8,7 @@
 //! reading a table as its owner (`as_owner`), which standbys must have a
 //! worker's commit before it is used (`standby_rule`, plain Rust) and the
 //! wait for them (`standby_wait`), and what differs between PostgreSQL
-//! majors (`pg_version`).
+//! majors (`pg_version`); `worker_status` shows the workers to SQL.
 
 pub mod as_owner;
 pub mod backend;
@@ -24,3 +24,4 @@ pub mod standby_wait;
 pub mod transaction;
 pub mod worker_loop;
 pub mod worker_sql;
+pub mod worker_status;

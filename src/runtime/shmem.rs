@@ -141,10 +141,55 @@ pub struct DbSlot {
     /// database's segment reserve file (odd while it does): a worker that
     /// read the file before, or meanwhile, must not use or write it back.
     pub reserve_resets: AtomicU64,
-    /// Per worker (`Role`): the standby slots its last commit waits for
-    /// (`standby_wait`), empty when it waits for none; callers that time out
-    /// say so. Guarded by the database's lock.
-    pub standby_wait: [ErrorCell; 2],
+    /// Per worker (`Role`): what its last commit waits for (`standby_wait`);
+    /// callers that time out and the status views say so. Guarded by the
+    /// database's lock.
+    pub standby_wait: [StandbyWaitNote; 2],
+}
+
+/// What a worker's commit waits for, and since when: the standby slots and
+/// their lag, or the synchronous standbys. Guarded by the database's lock.
+#[repr(C)]
+pub struct StandbyWaitNote {
+    /// The description; empty when the worker waits for nothing.
+    pub text: ErrorCell,
+    /// Unix microseconds when the wait began (0 = none).
+    pub since_us: AtomicI64,
+    /// The most bytes a waited-for slot is behind the commit; -1 = unknown
+    /// (no position reported, no such slot, synchronous standbys).
+    pub lag_bytes: AtomicI64,
+}
+
+/// A worker's wait for standbys, as the status views show it.
+pub struct StandbyWait {
+    pub what: String,
+    pub since_us: i64,
+    pub lag_bytes: Option<i64>,
+}
+
+impl StandbyWaitNote {
+    /// The database's lock held. An empty `what` ends the wait.
+    pub fn set(&self, what: &str, lag_bytes: Option<i64>, now_us: i64) {
+        if what.is_empty() {
+            self.since_us.store(0, SeqCst);
+        } else if self.since_us.load(SeqCst) == 0 {
+            self.since_us.store(now_us, SeqCst);
+        }
+        self.lag_bytes.store(lag_bytes.unwrap_or(-1), SeqCst);
+        self.text.set(0, what);
+    }
+    /// The database's lock held. None when the worker waits for nothing.
+    pub fn get(&self) -> Option<StandbyWait> {
+        let what = self.text.get().1;
+        (!what.is_empty()).then(|| {
+            let lag = self.lag_bytes.load(SeqCst);
+            StandbyWait {
+                what,
+                since_us: self.since_us.load(SeqCst),
+                lag_bytes: (lag >= 0).then_some(lag),
+            }
+        })
+    }
 }
 
 /// Status of a tag slot.

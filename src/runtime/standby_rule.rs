@@ -150,6 +150,18 @@ pub fn format_lsn(lsn: u64) -> String {
 
 /// What the slots that hold a commit up are waiting for, for messages:
 /// `standby slot "s1" (flushed up to 0/3000060, 1234 bytes behind)`.
+/// The most bytes a waited-for slot's standby is behind the commit; None
+/// when none of them has reported a position (missing, logical, unused).
+pub fn most_bytes_behind(waiting: &[(String, Behind)]) -> Option<i64> {
+    waiting
+        .iter()
+        .filter_map(|(_, b)| match b {
+            Behind::Lagging { bytes, .. } => Some(i64::try_from(*bytes).unwrap_or(i64::MAX)),
+            _ => None,
+        })
+        .max()
+}
+
 pub fn describe(waiting: &[(String, Behind)]) -> String {
     let one = |(name, b): &(String, Behind)| -> String {
         let why = match b {
@@ -293,6 +305,32 @@ mod tests {
                 }
             )]),
             "standby slot \"s1\" (flushed up to 0/3000060, 1234 bytes behind)"
+        );
+    }
+
+    #[test]
+    fn the_lag_shown_is_the_most_a_reporting_slot_is_behind() {
+        let lagging =
+            |name: &str, bytes| (String::from(name), Behind::Lagging { flushed: 0, bytes });
+        assert_eq!(most_bytes_behind(&[]), None);
+        assert_eq!(
+            most_bytes_behind(&[
+                ("gone".into(), Behind::Missing),
+                ("new".into(), Behind::NoPosition)
+            ]),
+            None
+        );
+        assert_eq!(
+            most_bytes_behind(&[
+                lagging("s1", 10),
+                ("gone".into(), Behind::Missing),
+                lagging("s2", 4096)
+            ]),
+            Some(4096)
+        );
+        assert_eq!(
+            most_bytes_behind(&[lagging("s1", u64::MAX)]),
+            Some(i64::MAX)
         );
     }
 }

@@ -5,7 +5,7 @@
 //! job that wrote, and refuses the job's result when it fails).
 
 use crate::runtime::job::{JobError, spi_err};
-use crate::runtime::shmem::Role;
+use crate::runtime::shmem::{Role, StandbyWait};
 use crate::runtime::standby_rule::{self, SlotRule, SlotState, Verdict};
 use crate::runtime::worker_sql;
 use pgrx::pg_sys;
@@ -19,11 +19,16 @@ thread_local! {
     /// The worker's database slot and role: where callers that time out
     /// read what its commit waits for. None in a renewal helper.
     static NOTE_AT: Cell<Option<(usize, Role)>> = const { Cell::new(None) };
+    /// Whether the note says the worker waits.
+    static NOTED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// How often the slots are read while a commit waits. A standby reports a
 /// flush as soon as it has written, so a wait is about one round trip.
 const POLL: Duration = Duration::from_millis(2);
+
+/// How often a wait's note (its lag) is written while it goes on.
+const NOTE_EVERY: Duration = Duration::from_millis(100);
 
 /// After this long the wait is also logged (a WARNING).
 const LOG_AFTER: Duration = Duration::from_secs(1);
@@ -32,29 +37,32 @@ const LOG_AFTER: Duration = Duration::from_secs(1);
 /// worker before it left).
 pub fn note_waits_at(db: usize, role: Role) {
     NOTE_AT.with(|c| c.set(Some((db, role))));
-    set_note("");
+    set_note("", None);
 }
 
 /// What the worker of `role` in database slot `db` waits for now ("" for
 /// nothing), for the message of a caller that timed out.
 pub fn waiting_for(db: usize, role: Role) -> String {
-    let Some(sh) = crate::runtime::shmem::shared() else {
-        return String::new();
-    };
-    let _g = sh.lock_db(db);
-    sh.db(db).standby_wait[role as usize].get().1
+    wait_of(db, role).map(|w| w.what).unwrap_or_default()
 }
 
-fn set_note(what: &str) {
+fn wait_of(db: usize, role: Role) -> Option<StandbyWait> {
+    let sh = crate::runtime::shmem::shared()?;
+    let _g = sh.lock_db(db);
+    sh.db(db).standby_wait[role as usize].get()
+}
+
+fn set_note(what: &str, lag_bytes: Option<i64>) {
     let Some((db, role)) = NOTE_AT.with(|c| c.get()) else {
         return;
     };
+    NOTED.with(|c| c.set(!what.is_empty()));
     report_activity(what);
     let Some(sh) = crate::runtime::shmem::shared() else {
         return;
     };
     let _g = sh.lock_db(db);
-    sh.db(db).standby_wait[role as usize].set(0, what);
+    sh.db(db).standby_wait[role as usize].set(what, lag_bytes, crate::runtime::clock::unix_us());
 }
 
 /// The worker's row in pg_stat_activity (its `query`, which only
@@ -82,11 +90,14 @@ fn report_activity(what: &str) {
 /// commit waits inside PostgreSQL for them (synchronous_commit = on), and a
 /// caller that times out meanwhile says so.
 pub(crate) fn note_synchronous_commit(waiting: bool) {
-    set_note(if waiting {
-        "the synchronous standbys of synchronous_standby_names (it commits with synchronous_commit = on)"
-    } else {
-        ""
-    });
+    set_note(
+        if waiting {
+            "the synchronous standbys of synchronous_standby_names (it commits with synchronous_commit = on)"
+        } else {
+            ""
+        },
+        None,
+    );
 }
 
 /// Return once every standby the rule names has flushed past `commit_end`
@@ -98,18 +109,22 @@ pub(crate) fn note_synchronous_commit(waiting: bool) {
 pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
     let rule = crate::settings::standby_slots_rule();
     if rule == SlotRule::Off {
+        // the setting emptied while a wait was noted: nothing is waited for
+        if NOTED.with(Cell::get) {
+            set_note("", None);
+        }
         return Ok(());
     }
     let timeout = Duration::from_millis(crate::settings::REFILL_TIMEOUT.get().max(0) as u64);
     let start = Instant::now();
     let mut logged = false;
-    let mut noted = false;
+    let mut noted: Option<Instant> = None;
     loop {
         let slots = read_slots()?;
         match standby_rule::verdict(&rule, &slots, commit_end) {
             Verdict::Confirmed => {
-                if noted {
-                    set_note("");
+                if noted.is_some() {
+                    set_note("", None);
                     // a backend's wake-up that came during the wait was
                     // consumed by it: the loop looks at its requests again
                     unsafe { pg_sys::SetLatch(pg_sys::MyLatch) };
@@ -125,13 +140,14 @@ pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
             }
             Verdict::Waiting(waiting) => {
                 let what = standby_rule::describe(&waiting);
-                if !noted {
-                    noted = true;
-                    set_note(&what);
+                let lag = standby_rule::most_bytes_behind(&waiting);
+                // the lag the views show moves while the wait goes on
+                if noted.is_none_or(|at: Instant| at.elapsed() >= NOTE_EVERY) {
+                    noted = Some(Instant::now());
+                    set_note(&what, lag);
                 }
                 if !logged && start.elapsed() >= LOG_AFTER {
                     logged = true;
-                    set_note(&what);
                     pgrx::warning!(
                         "leaf_id: the worker's commit at {} waits for {}: leaf_id.synchronized_standby_slots names it, and nothing the commit reserved is used before it confirms",
                         standby_rule::format_lsn(commit_end),
@@ -139,7 +155,8 @@ pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
                     );
                 }
                 if start.elapsed() >= timeout {
-                    set_note("");
+                    // the note stays: the commit is still not confirmed, and
+                    // the next job's wait goes on from it (the views' since)
                     unsafe { pg_sys::SetLatch(pg_sys::MyLatch) };
                     return Err(JobError::new(
                         PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
@@ -153,7 +170,7 @@ pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
                 // told to stop (shutdown, pg_terminate_backend): leave before
                 // the next read of the slots would end the worker at once
                 if unsafe { (&raw const pg_sys::ProcDiePending).read_volatile() != 0 } {
-                    set_note("");
+                    set_note("", None);
                     return Err(JobError::new(
                         PgSqlErrorCode::ERRCODE_ADMIN_SHUTDOWN,
                         format!(

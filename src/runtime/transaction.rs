@@ -27,15 +27,16 @@ use std::panic::AssertUnwindSafe;
 /// The catalog version (the extension's SQL objects) this library serves.
 pub const CATALOG_VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// The older catalogs the library still serves: 0.5.0 differs only in
-/// `leaf_opaque_create`'s SQL (its Citus INSERT), so it serves everything;
+/// The older catalogs the library still serves: 0.5.1 lacks only the
+/// `leaf_id_worker_status` view and 0.5.0 differs in `leaf_opaque_create`'s
+/// SQL too (its Citus INSERT), so it serves everything to both;
 /// 0.4.0 has opaque IDs but
 /// no opaque grants, so it serves plain tags only (`catalog_has_grants_and_history`);
 /// 0.3.0 has no opaque IDs (`catalog_has_opaque`); 0.1.0's leaf_worker has no owner_token and
 /// 0.2.0's no pinned copies (`copies`, `holder_copy`), which snowflake mode
 /// needs, so those two serve segment mode only (`catalog_lacks_snowflake`);
 /// 0.1.0 also has no leaf_alloc_tuning (`catalog_is_legacy`).
-pub const OLDER_CATALOGS: &[&str] = &["0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0"];
+pub const OLDER_CATALOGS: &[&str] = &["0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.5.1"];
 
 /// The older catalogs snowflake mode cannot run on.
 const CATALOGS_WITHOUT_SNOWFLAKE: &[&str] = &["0.1.0", "0.2.0"];
@@ -64,7 +65,7 @@ pub fn catalog_lacks_snowflake() -> bool {
 pub fn catalog_has_opaque() -> bool {
     matches!(
         JOB_CATALOG.with(|c| c.get()),
-        None | Some("0.4.0") | Some("0.5.0")
+        None | Some("0.4.0") | Some("0.5.0") | Some("0.5.1")
     )
 }
 
@@ -73,7 +74,10 @@ pub fn catalog_has_opaque() -> bool {
 /// that may decode it, so opaque tags are refused) and `leaf_alloc_encoding`
 /// (each tag's encoding and reserved end, kept when its row is deleted)?
 pub fn catalog_has_grants_and_history() -> bool {
-    matches!(JOB_CATALOG.with(|c| c.get()), None | Some("0.5.0"))
+    matches!(
+        JOB_CATALOG.with(|c| c.get()),
+        None | Some("0.5.0") | Some("0.5.1")
+    )
 }
 
 /// The error of a job that needs the current catalog.

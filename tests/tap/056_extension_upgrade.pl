@@ -24,7 +24,7 @@ my $node = PostgreSQL::Test::Cluster->new('upgrade');
 $node->init;
 $node->append_conf('postgresql.conf',
 	"shared_preload_libraries = 'leaf_id'\nlc_messages = 'C'\nlog_min_messages = warning\n"
-	  . "max_worker_processes = 16\n");
+	  . "max_worker_processes = 32\n");
 $node->start;
 my $version = $node->safe_psql('postgres',
 	"SELECT default_version FROM pg_available_extensions WHERE name = 'leaf_id'");
@@ -194,7 +194,47 @@ $node->safe_psql('from030', q{INSERT INTO leaf_alloc (biz_tag, step, opaque_doma
 $r = try_sql($node, 'from030', "SELECT count(DISTINCT leaf_segment_next('new')) FROM generate_series(1, 50)");
 is($r->{out}, '50', 'a new opaque tag works after the update') or diag $r->{err};
 
-# --- from 0.5.0 (the previous version): leaf_opaque_create's SQL changed ---------
+# --- from 0.5.1 (the previous version): leaf_id_worker_status is new -------------
+# The 0.5.1 catalog is served whole; the update adds leaf_id_worker_status
+# (its function and view, for pg_monitor) and keeps the operator's grants
+# on the objects it does not touch.
+$node->safe_psql('postgres', 'CREATE DATABASE from051');
+$node->safe_psql('from051', q{
+CREATE EXTENSION leaf_id VERSION '0.5.1';
+SELECT leaf_opaque_create('d', 40);
+INSERT INTO leaf_alloc (biz_tag, step) VALUES ('u', 10);
+INSERT INTO leaf_alloc (biz_tag, step, opaque_domain, opaque_grant) VALUES ('o', 10, 'd', leaf_opaque_grant('d', 'o', 1));
+CREATE TABLE ids (phase int, id bigint);
+CREATE ROLE watcher051;
+GRANT SELECT ON leaf_segment_status TO watcher051;
+});
+$r = try_sql($node, 'from051',
+	"INSERT INTO ids SELECT 1, leaf_segment_next('u') FROM generate_series(1, 95); "
+	  . "INSERT INTO ids SELECT 1, leaf_opaque_decode('d', leaf_segment_next('o')) + 1000000 FROM generate_series(1, 95); "
+	  . "SELECT count(DISTINCT leaf_snowflake_next()) FROM generate_series(1, 50)");
+is($r->{out}, '50', 'both modes and an opaque tag work on the 0.5.1 catalog') or diag $r->{err};
+$r = try_sql($node, 'from051', 'SELECT count(*) FROM leaf_segment_status');
+is($r->{out}, '2', 'leaf_segment_status works on the 0.5.1 catalog') or diag $r->{err};
+$node->safe_psql('from051', 'ALTER EXTENSION leaf_id UPDATE');
+is($node->safe_psql('from051', "SELECT has_table_privilege('watcher051', 'leaf_segment_status', 'SELECT')"),
+	't', "the operator's grant on leaf_segment_status survives the update");
+# (the operator's grant taken back: the rest equals a fresh install)
+$node->safe_psql('from051', 'REVOKE SELECT ON leaf_segment_status FROM watcher051');
+is($node->safe_psql('from051', $describe), $fresh,
+	'the catalog updated from 0.5.1 equals a fresh install of ' . $version);
+is($node->safe_psql('from051', "SELECT string_agg(mode || ':' || (pid IS NOT NULL) || ':' || coalesce(standby_wait, '-'), ',' ORDER BY mode) FROM leaf_id_worker_status"),
+	'segment:true:-,snowflake:true:-', 'after the update leaf_id_worker_status shows both running workers, waiting for nothing');
+$r = try_sql($node, 'from051',
+	"INSERT INTO ids SELECT 2, leaf_segment_next('u') FROM generate_series(1, 95); "
+	  . "INSERT INTO ids SELECT 2, leaf_opaque_decode('d', leaf_segment_next('o')) + 1000000 FROM generate_series(1, 95); "
+	  . "SELECT count(*) FROM ids");
+is($r->{out}, '380', 'plain and opaque tags work after the update from 0.5.1') or diag $r->{err};
+is( $node->safe_psql('from051',
+		'SELECT (SELECT min(id) FROM ids WHERE phase = 2 AND id < 1000000) > (SELECT max(id) FROM ids WHERE phase = 1 AND id < 1000000) '
+		  . 'AND (SELECT min(id) FROM ids WHERE phase = 2 AND id > 1000000) > (SELECT max(id) FROM ids WHERE phase = 1 AND id > 1000000)'),
+	't', 'after the update from 0.5.1 the plain and the opaque tag go on above their counters before');
+
+# --- from 0.5.0: leaf_opaque_create's SQL changed ----------------------------------
 # The 0.5.0 catalog is served whole (both modes, opaque tags with grants);
 # the update replaces leaf_opaque_create (on Citus its key no longer goes as
 # a literal: tests/citus/219) and keeps the domains, grants and tags.
@@ -318,7 +358,7 @@ is( $node->safe_psql('from040admin', q{SELECT
   has_function_privilege('support_040', 'leaf_opaque_decode(text, bigint)', 'EXECUTE'),
   has_function_privilege('support_040', 'leaf_segment_next(text)', 'EXECUTE')}),
 	't|t|f', 'the update keeps the operator\'s grants (tag admin, decoder) and her REVOKE from PUBLIC');
-# (two update scripts ran, 0.4.0 to 0.5.0 to 0.5.1: 0.5.0's privilege block
+# (the update scripts from 0.4.0 on ran, 0.4.0 to 0.5.0 to 0.5.1 and on: 0.5.0's privilege block
 # wrote the operator's grants into pg_init_privs, and the second one took
 # them back as the scripts'; pg_dump left out what pg_init_privs had)
 my $dump = `pg_dump --schema-only -d '@{[$node->connstr('from040admin')]}' 2>&1`;

@@ -75,7 +75,8 @@ note sprintf('C: the new call was refused after %.2f s', $waited);
 cmp_ok($waited, '<', 4.5, 'C: it waited at most about leaf_id.refill_timeout (3 s)');
 ok($primary->log_contains(qr/WARNING: .*the worker's commit at [0-9A-F]+\/[0-9A-F]+ waits for standby slot "s1"/),
 	"C: the server log has the worker's warning");
-check_worker_activity($primary, qr/^leaf_id worker: its commit waits for standby slot "s1" \(/, 'names the slot its commit waits for');
+check_worker_activity($primary, qr/^leaf_id worker: its commit waits for standby slot "s1" \(/, 'names the slot its commit waits for',
+	qr/(standby slot "s2" \([^)]*\), )?standby slot "s1" \(flushed up to [0-9A-F]+\/[0-9A-F]+, \d+ bytes behind\)(, standby slot "s2" \([^)]*\))?/, 'bytes');
 
 # --- D: the primary dies, s1 is promoted -------------------------------------
 failover_to(\%drawn, $primary, $s1, $t_stop);

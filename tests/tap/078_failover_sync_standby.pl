@@ -65,7 +65,8 @@ like($r->{err}, qr/the worker's commit waits for the synchronous standbys of syn
 	'C: the message says that the worker waits for the synchronous standbys');
 note sprintf('C: the new call was refused after %.2f s: %s', $waited, $r->{err});
 cmp_ok($waited, '<', 4.5, 'C: it waited at most about leaf_id.refill_timeout (3 s)');
-check_worker_activity($primary, qr/^leaf_id worker: its commit waits for the synchronous standbys .* \| SyncRep$/, 'says that its commit waits for the synchronous standbys (SyncRep)');
+check_worker_activity($primary, qr/^leaf_id worker: its commit waits for the synchronous standbys .* \| SyncRep$/, 'says that its commit waits for the synchronous standbys (SyncRep)',
+	qr/the synchronous standbys of synchronous_standby_names \(it commits with synchronous_commit = on\)/, 'null');
 
 # --- D: the primary dies, s1 is promoted -------------------------------------
 failover_to(\%drawn, $primary, $s1, $t_stop);

@@ -45,6 +45,8 @@ leaf_id.random_sequence_start = off
 	$primary->start;
 	$primary->safe_psql('postgres', 'CREATE EXTENSION leaf_id');
 	$primary->safe_psql('postgres', "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('order', 1000)");
+	# a monitoring role: pg_monitor only (check_worker_activity)
+	$primary->safe_psql('postgres', 'CREATE ROLE leaf_watcher IN ROLE pg_monitor');
 	$primary->safe_psql('postgres', "SELECT pg_create_physical_replication_slot('$_')") for ('s1', 's2');
 	$primary->backup('b');
 	my @standbys;
@@ -157,21 +159,31 @@ sub failover_to
 # "leaf_id worker:", polled for up to 5 s ('' when none came).
 sub check_worker_activity
 {
-	my ($node, $re, $what) = @_;
+	my ($node, $re, $what, $view_re, $lag) = @_;
 	my $c = SegmentTap::start_client($node, 'postgres', 'activity_probe',
 		"SELECT count(leaf_segment_next('order')) FROM generate_series(1, 2000);\n");
-	my $seen = '';
+	my ($seen, $view) = ('', '');
 	my $deadline = Time::HiRes::time() + 5;
-	while (Time::HiRes::time() < $deadline && $seen eq '')
+	while (Time::HiRes::time() < $deadline && ($seen eq '' || $view eq ''))
 	{
 		$seen = $node->safe_psql('postgres',
 			"SELECT query || ' | ' || coalesce(wait_event, '') FROM pg_stat_activity "
-			  . "WHERE query LIKE 'leaf_id worker: %' LIMIT 1");
-		Time::HiRes::usleep(50_000) if $seen eq '';
+			  . "WHERE query LIKE 'leaf_id worker: %' LIMIT 1") if $seen eq '';
+		# the status view (catalog 0.5.2): the segment worker's row, read as
+		# a pg_monitor member
+		$view = $node->safe_psql('postgres',
+			"SET ROLE leaf_watcher; SELECT standby_wait || ' | ' || (standby_wait_since <= now()) || ' | ' "
+			  . "|| coalesce(standby_lag_bytes::text, 'null') || ' | ' || (pid IS NOT NULL) "
+			  . "FROM leaf_id_worker_status WHERE mode = 'segment' AND standby_wait IS NOT NULL") if $view eq '';
+		Time::HiRes::usleep(50_000) if $seen eq '' || $view eq '';
 	}
 	SegmentTap::finish_clients(30, $c);
 	note "C: the worker in pg_stat_activity: $seen";
+	note "C: the worker in leaf_id_worker_status: $view";
 	like($seen, $re, "C: the worker's row in pg_stat_activity $what");
+	my $lag_re = $lag eq 'bytes' ? qr/[1-9]\d*/ : qr/null/;
+	like($view, qr/^$view_re \| true \| $lag_re \| true$/,
+		"C: leaf_id_worker_status shows a pg_monitor member the same wait, since when, and the lag ($lag)");
 }
 
 1;
