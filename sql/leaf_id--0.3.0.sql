@@ -573,25 +573,25 @@ BEGIN
     FOR stmt IN
         SELECT pg_catalog.format('REVOKE ALL ON TABLE %s FROM %I', c.oid::pg_catalog.regclass, r.rolname)
           FROM pg_catalog.pg_depend d
-          JOIN pg_catalog.pg_class c ON c.oid = d.objid
+          JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.objid
           CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) a
-          JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
-         WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
-           AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
-           AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'leaf_id')
-           AND d.deptype = 'e'
-           AND a.grantee <> c.relowner AND r.rolname <> 'pg_monitor'
+          JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+         WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+           AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+           AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id')
+           AND d.deptype OPERATOR(pg_catalog.=) 'e'
+           AND a.grantee OPERATOR(pg_catalog.<>) c.relowner AND r.rolname OPERATOR(pg_catalog.<>) 'pg_monitor'
         UNION
         SELECT pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM %I', p.oid::pg_catalog.regprocedure, r.rolname)
           FROM pg_catalog.pg_depend d
-          JOIN pg_catalog.pg_proc p ON p.oid = d.objid
+          JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) d.objid
           CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
-          JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
-         WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
-           AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
-           AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'leaf_id')
-           AND d.deptype = 'e'
-           AND a.grantee <> p.proowner AND r.rolname <> 'pg_monitor'
+          JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+         WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+           AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+           AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id')
+           AND d.deptype OPERATOR(pg_catalog.=) 'e'
+           AND a.grantee OPERATOR(pg_catalog.<>) p.proowner AND r.rolname OPERATOR(pg_catalog.<>) 'pg_monitor'
     LOOP
         EXECUTE stmt;
     END LOOP;

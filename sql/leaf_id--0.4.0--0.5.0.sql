@@ -94,10 +94,10 @@ DECLARE
     pending text[];
     auto boolean;
 BEGIN
-    SELECT pg_catalog.array_agg(DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE r.rolname::pg_catalog.text END)
+    SELECT pg_catalog.array_agg(DISTINCT CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' ELSE r.rolname::pg_catalog.text END)
       INTO writers
       FROM pg_catalog.pg_class c
-      JOIN pg_catalog.pg_extension e ON e.extname = 'leaf_id' AND c.relnamespace = e.extnamespace
+      JOIN pg_catalog.pg_extension e ON e.extname OPERATOR(pg_catalog.=) 'leaf_id' AND c.relnamespace OPERATOR(pg_catalog.=) e.extnamespace
       CROSS JOIN LATERAL (
           SELECT x.grantee, x.privilege_type
             FROM pg_catalog.aclexplode(COALESCE(c.relacl, pg_catalog.acldefault('r', c.relowner))) x
@@ -105,11 +105,11 @@ BEGIN
           SELECT x.grantee, x.privilege_type
             FROM pg_catalog.pg_attribute att
             CROSS JOIN LATERAL pg_catalog.aclexplode(att.attacl) x
-           WHERE att.attrelid = c.oid AND att.attacl IS NOT NULL) a
-      LEFT JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
-     WHERE c.relname = 'leaf_alloc'
+           WHERE att.attrelid OPERATOR(pg_catalog.=) c.oid AND att.attacl IS NOT NULL) a
+      LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+     WHERE c.relname OPERATOR(pg_catalog.=) 'leaf_alloc'
        AND a.privilege_type IN ('INSERT', 'UPDATE')
-       AND (a.grantee = 0 OR NOT r.rolsuper);
+       AND (a.grantee OPERATOR(pg_catalog.=) 0 OR NOT r.rolsuper);
     -- (and the members of pg_write_all_data, who need no grant on the table)
     SELECT pg_catalog.array_cat(writers, pg_catalog.array_agg(r.rolname::pg_catalog.text ORDER BY r.rolname))
       INTO writers
@@ -127,9 +127,9 @@ BEGIN
         UPDATE @extschema@.leaf_alloc a
            SET opaque_grant = @extschema@.leaf_opaque_grant(a.opaque_domain, a.biz_tag, a.max_id)
          WHERE auto AND a.opaque_domain IS NOT NULL
-           AND EXISTS (SELECT 1 FROM @extschema@.leaf_opaque_domain d WHERE d.name = a.opaque_domain)
+           AND EXISTS (SELECT 1 FROM @extschema@.leaf_opaque_domain d WHERE d.name OPERATOR(pg_catalog.=) a.opaque_domain)
            AND NOT EXISTS (SELECT 1 FROM @extschema@.leaf_alloc b
-                            WHERE b.opaque_domain = a.opaque_domain AND b.biz_tag <> a.biz_tag);
+                            WHERE b.opaque_domain OPERATOR(pg_catalog.=) a.opaque_domain AND b.biz_tag OPERATOR(pg_catalog.<>) a.biz_tag);
         INSERT INTO @extschema@.leaf_alloc_encoding (biz_tag, opaque_check, reserved_end)
         SELECT a.biz_tag, a.opaque_check, a.max_id FROM @extschema@.leaf_alloc a WHERE a.opaque_check IS NOT NULL;
         SELECT pg_catalog.array_agg(a.biz_tag ORDER BY a.biz_tag) INTO pending
@@ -143,18 +143,18 @@ BEGIN
         RETURN;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition p
-                    WHERE p.logicalrelid = (SELECT t.oid FROM pg_catalog.pg_class t
-                                              JOIN pg_catalog.pg_extension e ON e.extname = 'leaf_id'
-                                             WHERE t.relname = 'leaf_alloc' AND t.relnamespace = e.extnamespace)) THEN
+                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) (SELECT t.oid FROM pg_catalog.pg_class t
+                                              JOIN pg_catalog.pg_extension e ON e.extname OPERATOR(pg_catalog.=) 'leaf_id'
+                                             WHERE t.relname OPERATOR(pg_catalog.=) 'leaf_alloc' AND t.relnamespace OPERATOR(pg_catalog.=) e.extnamespace)) THEN
         -- (nor a tag whose domain another tag uses too: either may be a
         -- copy planted by a role that could write leaf_alloc once, and
         -- revoked or dropped since, whom no ACL shows any more)
         UPDATE @extschema@.leaf_alloc a
            SET opaque_grant = @extschema@.leaf_opaque_grant(a.opaque_domain, a.biz_tag, a.max_id)
          WHERE auto AND a.opaque_domain IS NOT NULL
-           AND EXISTS (SELECT 1 FROM @extschema@.leaf_opaque_domain d WHERE d.name = a.opaque_domain)
+           AND EXISTS (SELECT 1 FROM @extschema@.leaf_opaque_domain d WHERE d.name OPERATOR(pg_catalog.=) a.opaque_domain)
            AND NOT EXISTS (SELECT 1 FROM @extschema@.leaf_alloc b
-                            WHERE b.opaque_domain = a.opaque_domain AND b.biz_tag <> a.biz_tag);
+                            WHERE b.opaque_domain OPERATOR(pg_catalog.=) a.opaque_domain AND b.biz_tag OPERATOR(pg_catalog.<>) a.biz_tag);
         INSERT INTO @extschema@.leaf_alloc_encoding (biz_tag, opaque_check, reserved_end)
         SELECT a.biz_tag, a.opaque_check, a.max_id FROM @extschema@.leaf_alloc a WHERE a.opaque_check IS NOT NULL;
         SELECT pg_catalog.array_agg(a.biz_tag ORDER BY a.biz_tag) INTO pending
@@ -171,16 +171,16 @@ BEGIN
             pg_catalog.set_config('citus.override_table_visibility', 'off', true);
     FOR shard IN
         SELECT n.nspname, c.relname, c.oid AS reloid,
-                 c.relkind = 'r' AND c.relowner = e.extowner AND NOT c.relhastriggers
+                 c.relkind OPERATOR(pg_catalog.=) 'r' AND c.relowner OPERATOR(pg_catalog.=) e.extowner AND NOT c.relhastriggers
                  AND NOT c.relhasrules AND NOT c.relrowsecurity AS plain
           FROM pg_catalog.pg_dist_shard s
-          JOIN pg_catalog.pg_extension e ON e.extname = 'leaf_id'
+          JOIN pg_catalog.pg_extension e ON e.extname OPERATOR(pg_catalog.=) 'leaf_id'
           JOIN pg_catalog.pg_class c
-            ON c.relnamespace = e.extnamespace
-           AND c.relname = 'leaf_alloc_' OPERATOR(pg_catalog.||) s.shardid::pg_catalog.text
-          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-         WHERE s.logicalrelid = (SELECT t.oid FROM pg_catalog.pg_class t
-                                  WHERE t.relname = 'leaf_alloc' AND t.relnamespace = e.extnamespace)
+            ON c.relnamespace OPERATOR(pg_catalog.=) e.extnamespace
+           AND c.relname OPERATOR(pg_catalog.=) ('leaf_alloc_' OPERATOR(pg_catalog.||) s.shardid::pg_catalog.text)
+          JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+         WHERE s.logicalrelid OPERATOR(pg_catalog.=) (SELECT t.oid FROM pg_catalog.pg_class t
+                                  WHERE t.relname OPERATOR(pg_catalog.=) 'leaf_alloc' AND t.relnamespace OPERATOR(pg_catalog.=) e.extnamespace)
     LOOP
         -- this node's copy, found by name (the schema's owner may drop a shard
         -- and make a look-alike with a trigger, which this update would fire
@@ -191,7 +191,7 @@ BEGIN
                 shard.nspname, shard.relname USING ERRCODE = '42501';
         END IF;
         EXECUTE pg_catalog.format('LOCK TABLE %I.%I IN ACCESS EXCLUSIVE MODE', shard.nspname, shard.relname);
-        IF pg_catalog.to_regclass(pg_catalog.format('%I.%I', shard.nspname, shard.relname)) IS DISTINCT FROM shard.reloid THEN
+        IF pg_catalog.to_regclass(pg_catalog.format('%I.%I', shard.nspname, shard.relname))::pg_catalog.oid IS DISTINCT FROM shard.reloid::pg_catalog.oid THEN
             RAISE EXCEPTION 'leaf_id: %.% changed while the update ran', shard.nspname, shard.relname USING ERRCODE = '55000';
         END IF;
         EXECUTE pg_catalog.format('ALTER TABLE %I.%I ADD COLUMN opaque_grant bigint', shard.nspname, shard.relname);
