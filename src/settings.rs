@@ -14,6 +14,7 @@ pub static REFILL_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 pub static TAG_RESYNC_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(60);
 pub static WORKER_IDLE_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(60_000);
 pub static CITUS_RESERVE: GucSetting<i32> = GucSetting::<i32>::new(4);
+pub static STANDBY_CONFIRM_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 pub static SYNCHRONIZED_STANDBY_SLOTS: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(None);
 
@@ -106,12 +107,26 @@ pub fn register(preloading: bool) {
         GucContext::Sighup,
         GucFlags::UNIT_MS,
     );
+    // reload only: the worker's session takes the database's settings, and
+    // a database owner's ALTER DATABASE ... SET of a user setting would
+    // decide how long it waits (1 ms: every commit unconfirmed and its
+    // range thrown away; an hour: the worker held up)
+    GucRegistry::define_int_guc(
+        c"leaf_id.standby_confirm_timeout",
+        c"How long a leaf_id worker waits for the standbys of leaf_id.synchronized_standby_slots to confirm its commit before the job fails with 55P03.",
+        c"Nothing the commit reserved is used then (it stays reserved: gaps), and the next job tries again. Callers wait up to their own leaf_id.refill_timeout.",
+        &STANDBY_CONFIRM_TIMEOUT,
+        1,
+        3_600_000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
     // SAFETY: the hook is a #[pg_guard] function
     unsafe {
         GucRegistry::define_string_guc_with_hooks(
             c"leaf_id.synchronized_standby_slots",
             c"Physical replication slots whose standbys must have flushed a leaf_id worker's commit before what it reserved is used ('*': every permanent physical slot).",
-            c"A comma-separated list of slot names, '*', or empty (off). A refill, reserve, snowflake lease or worker id claim is used only once each named standby has it, so that a promoted asynchronous standby reissues nothing; calls wait up to leaf_id.refill_timeout for it, then fail with 55P03.",
+            c"A comma-separated list of slot names, '*', or empty (off). A refill, reserve, snowflake lease or worker id claim is used only once each named standby has it, so that a promoted asynchronous standby reissues nothing; the worker waits up to leaf_id.standby_confirm_timeout for it, callers up to leaf_id.refill_timeout, then they fail with 55P03.",
             &SYNCHRONIZED_STANDBY_SLOTS,
             GucContext::Sighup,
             GucFlags::default(),

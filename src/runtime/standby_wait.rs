@@ -102,7 +102,7 @@ pub(crate) fn note_synchronous_commit(waiting: bool) {
 
 /// Return once every standby the rule names has flushed past `commit_end`
 /// (the end of the worker's commit record); an error when one has not
-/// within `leaf_id.refill_timeout` (55P03), or when the worker is told to
+/// within `leaf_id.standby_confirm_timeout` (55P03), or when the worker is told to
 /// stop (57P01):
 /// the caller must then not use what the commit reserved (it stays reserved
 /// in the table, so nothing is handed out twice; those IDs are skipped).
@@ -115,7 +115,8 @@ pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
         }
         return Ok(());
     }
-    let timeout = Duration::from_millis(crate::settings::REFILL_TIMEOUT.get().max(0) as u64);
+    let timeout =
+        Duration::from_millis(crate::settings::STANDBY_CONFIRM_TIMEOUT.get().max(0) as u64);
     let start = Instant::now();
     let mut logged = false;
     let mut noted: Option<Instant> = None;
@@ -161,7 +162,7 @@ pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
                     return Err(JobError::new(
                         PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
                         format!(
-                            "{what} did not confirm the leaf_id worker's commit within leaf_id.refill_timeout ({} ms): nothing it reserved is used (leaf_id.synchronized_standby_slots)",
+                            "{what} did not confirm the leaf_id worker's commit within leaf_id.standby_confirm_timeout ({} ms): nothing it reserved is used (leaf_id.synchronized_standby_slots)",
                             timeout.as_millis()
                         ),
                     ));

@@ -95,6 +95,7 @@ def config(name):
         "lc_messages": "C",
         "log_min_messages": "warning",
         "leaf_id.refill_timeout": 3000,
+        "leaf_id.standby_confirm_timeout": 3000,
         "leaf_id.max_step": 1000,
         "leaf_id.worker_id": 7,
         "leaf_id.node_name": "leaf_ha",

@@ -6,7 +6,9 @@
 # must go on (a new tag's refills, snowflake IDs), the workers must not die
 # in a loop (the same processes two seconds later) and the log must hold no
 # FATAL of theirs. (Her own sessions are subject to her setting: the client
-# here overrides it with PGOPTIONS, as an application would.)
+# here overrides it with PGOPTIONS, as an application would.) Nor can she
+# decide how long the workers wait for the standbys (leaf_id.refill_timeout
+# is a user setting; the workers' wait is leaf_id.standby_confirm_timeout).
 use strict;
 use warnings;
 use FindBin;
@@ -16,7 +18,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use SegmentTap;
 
-my $node = leaf_node('timeouts', "leaf_id.tag_resync_interval = 1\n");
+my $node = leaf_node('timeouts', "leaf_id.tag_resync_interval = 1\nwal_level = replica\nmax_wal_senders = 4\nmax_replication_slots = 4\n");
 $node->safe_psql('postgres', q{
 CREATE ROLE olga LOGIN;
 CREATE DATABASE od OWNER olga;
@@ -81,6 +83,35 @@ INSERT INTO leaf_alloc (biz_tag, step) VALUES ('sa', 10)});
 		"$boot/$boot", "session_authorization = olga: the segment worker's refills run as $boot (session and current user)");
 	$node->safe_psql('od', 'ALTER DATABASE od RESET session_authorization');
 }
+
+# leaf_id.refill_timeout is a user setting, which she may set for od too;
+# the workers' wait for the standbys of leaf_id.synchronized_standby_slots
+# is bounded by leaf_id.standby_confirm_timeout (reload only), not by it
+# (1 ms there made every commit unconfirmed and its range thrown away). A
+# slot whose standby never comes holds every commit up.
+$node->safe_psql('postgres', q{
+SELECT pg_create_physical_replication_slot('lagger', true);
+ALTER SYSTEM SET leaf_id.synchronized_standby_slots = 'lagger';
+ALTER SYSTEM SET leaf_id.standby_confirm_timeout = 1500;
+SELECT pg_reload_conf()});
+$r = try_sql($node, 'od', "SET ROLE olga; ALTER DATABASE od SET leaf_id.refill_timeout = 1");
+is($r->{ret}, 0, 'leaf_id.refill_timeout: the database owner sets it to 1 ms for od') or diag $r->{err};
+{
+	local $ENV{PGOPTIONS} = "$ENV{PGOPTIONS} -c leaf_id.refill_timeout=8000";
+	$node->safe_psql('od', "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+	  WHERE datname = 'od' AND backend_type LIKE 'leaf_id % worker'");
+	$node->safe_psql('od', "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('held', 10)");
+	$r = try_sql($node, 'od', "SELECT leaf_segment_next('held')", timeout => 60);
+	is($r->{sqlstate}, '55P03', 'leaf_id.refill_timeout = 1ms for od: the unconfirmed refill is refused with 55P03')
+	  or diag $r->{err};
+	like($r->{err}, qr/standby slot "lagger" .* within leaf_id\.standby_confirm_timeout \(1500 ms\)/,
+		"the worker waited leaf_id.standby_confirm_timeout of postgresql.conf (1500 ms), not the database's 1 ms");
+}
+$node->safe_psql('postgres', q{
+ALTER SYSTEM RESET leaf_id.synchronized_standby_slots;
+ALTER SYSTEM RESET leaf_id.standby_confirm_timeout;
+SELECT pg_reload_conf()});
+$node->safe_psql('postgres', "SELECT pg_drop_replication_slot('lagger')");
 
 $node->stop;
 done_testing();

@@ -37,6 +37,7 @@ wal_log_hints = on
 # the old primary's WAL back to the divergence, for pg_rewind
 wal_keep_size = '256MB'
 leaf_id.refill_timeout = 3000
+leaf_id.standby_confirm_timeout = 3000
 leaf_id.max_step = 1000
 leaf_id.worker_id = 7
 leaf_id.node_name = 'node_a'
