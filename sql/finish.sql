@@ -73,7 +73,7 @@ BEGIN
     PERFORM 1 FROM pg_catalog.pg_namespace n
       JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) n.oid
      WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'
-       AND pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.=) '@extschema@'
+       AND n.nspname OPERATOR(pg_catalog.=) (pg_catalog.parse_ident('@extschema@'))[1]
        FOR SHARE OF n;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'leaf_id''s schema is no longer named @extschema@' USING ERRCODE = '55000',
@@ -154,6 +154,7 @@ DECLARE
     is_identity boolean;
     seq_increment bigint;
     seq_max bigint;
+    seq_min bigint;
     seq_last bigint;
     column_max bigint;
     table_name text;
@@ -167,7 +168,7 @@ BEGIN
     PERFORM 1 FROM pg_catalog.pg_namespace n
       JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) n.oid
      WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'
-       AND pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.=) '@extschema@'
+       AND n.nspname OPERATOR(pg_catalog.=) (pg_catalog.parse_ident('@extschema@'))[1]
        FOR SHARE OF n;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'leaf_id''s schema is no longer named @extschema@' USING ERRCODE = '55000',
@@ -229,7 +230,8 @@ BEGIN
         RAISE EXCEPTION '"%" is not a table', owner_table USING ERRCODE = '42809',
             DETAIL = 'Only the sequence of a column of a plain or partitioned table can be adopted.';
     END IF;
-    SELECT s.seqincrement, s.seqmax INTO seq_increment, seq_max FROM pg_catalog.pg_sequence s WHERE s.seqrelid = seq;
+    SELECT s.seqincrement, s.seqmax, s.seqmin INTO seq_increment, seq_max, seq_min
+      FROM pg_catalog.pg_sequence s WHERE s.seqrelid = seq;
     IF seq_increment < 0 THEN
         RAISE EXCEPTION 'sequence % descends', seq USING ERRCODE = '0A000',
             DETAIL = 'Only ascending sequences can be adopted.';
@@ -252,7 +254,10 @@ BEGIN
         -- drops the identity's sequence with it
         EXECUTE pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I DROP IDENTITY', table_name, owner_column);
     ELSIF freeze_sequence THEN
-        EXECUTE pg_catalog.format('ALTER SEQUENCE %s MAXVALUE %s NO CYCLE', seq_name, seq_last);
+        -- (MAXVALUE must stay above MINVALUE: a sequence still at its
+        -- minimum, given one value or none, gets its MINVALUE lowered by one)
+        EXECUTE pg_catalog.format('ALTER SEQUENCE %s MINVALUE %s MAXVALUE %s NO CYCLE', seq_name,
+                                  pg_catalog.int8smaller(seq_min, seq_last OPERATOR(pg_catalog.-) 1), seq_last);
     END IF;
     EXECUTE pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT %s', table_name, owner_column, new_default);
 END
@@ -274,7 +279,7 @@ BEGIN
     PERFORM 1 FROM pg_catalog.pg_namespace n
       JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) n.oid
      WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'
-       AND pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.=) '@extschema@'
+       AND n.nspname OPERATOR(pg_catalog.=) (pg_catalog.parse_ident('@extschema@'))[1]
        FOR SHARE OF n;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'leaf_id''s schema is no longer named @extschema@' USING ERRCODE = '55000',
@@ -325,7 +330,7 @@ BEGIN
     PERFORM 1 FROM pg_catalog.pg_namespace n
       JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) n.oid
      WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'
-       AND pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.=) '@extschema@'
+       AND n.nspname OPERATOR(pg_catalog.=) (pg_catalog.parse_ident('@extschema@'))[1]
        FOR SHARE OF n;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'leaf_id''s schema is no longer named @extschema@' USING ERRCODE = '55000',
@@ -393,7 +398,7 @@ BEGIN
     PERFORM 1 FROM pg_catalog.pg_namespace n
       JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) n.oid
      WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'
-       AND pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.=) '@extschema@'
+       AND n.nspname OPERATOR(pg_catalog.=) (pg_catalog.parse_ident('@extschema@'))[1]
        FOR SHARE OF n;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'leaf_id''s schema is no longer named @extschema@' USING ERRCODE = '55000',
@@ -454,7 +459,7 @@ BEGIN
     PERFORM 1 FROM pg_catalog.pg_namespace n
       JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) n.oid
      WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'
-       AND pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.=) '@extschema@'
+       AND n.nspname OPERATOR(pg_catalog.=) (pg_catalog.parse_ident('@extschema@'))[1]
        FOR SHARE OF n;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'leaf_id''s schema is no longer named @extschema@' USING ERRCODE = '55000',

@@ -5,7 +5,11 @@
 --    leaf_id.synchronized_standby_slots names and their lag, or the
 --    synchronous standbys), since when (tests/tap/076, 078);
 --  - leaf_snowflake_next(integer)'s comment says what a batch takes per
---    compare-and-swap and per millisecond.
+--    compare-and-swap and per millisecond;
+--  - the superusers' PL/pgSQL functions pin their schema by its name as
+--    parse_ident() reads it, so that quote_all_identifiers (which a database
+--    owner may set for her database) no longer makes them refuse
+--    (tests/tap/071).
 -- Nothing is dropped, so the operator's grants on the other objects stay.
 -- After this script the catalog equals a fresh install of 0.5.2
 -- (tests/tap/056_extension_upgrade.pl and 071 compare them).
@@ -21,7 +25,7 @@ BEGIN
     PERFORM 1 FROM pg_catalog.pg_namespace n
       JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) n.oid
      WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'
-       AND pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.=) '@extschema@'
+       AND n.nspname OPERATOR(pg_catalog.=) (pg_catalog.parse_ident('@extschema@'))[1]
        FOR SHARE OF n;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'the schema of leaf_id was renamed while ALTER EXTENSION ran' USING ERRCODE = '55000';
@@ -35,6 +39,420 @@ SELECT pg_catalog.set_config('leaf_id_update.ddl_propagation',
                              pg_catalog.current_setting('citus.enable_ddl_propagation', true), true),
        pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true)
  WHERE pg_catalog.current_setting('citus.enable_ddl_propagation', true) IS NOT NULL;
+
+-- the superusers' PL/pgSQL functions, as a fresh install of 0.5.2 has them:
+-- their schema pin compares the schema's name with the one their body was
+-- written with (parse_ident), not quote_ident()'s spelling of it, which a
+-- database owner's ALTER DATABASE ... SET quote_all_identifiers = on
+-- changed (every call refused with 55000)
+CREATE OR REPLACE FUNCTION leaf_snowflake_release_worker_id(worker_id integer) RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    id ALIAS FOR $1;
+    owner text;
+    pinned bigint[];
+    holder bigint;
+    needed bigint[];
+    listed bigint[];
+    active bigint[];
+BEGIN
+    -- superusers only, whatever was granted
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER) THEN
+        RAISE EXCEPTION 'permission denied for function leaf_snowflake_release_worker_id'
+            USING ERRCODE = '42501', HINT = 'Only superusers may release a snowflake worker id.';
+    END IF;
+    -- The extension's schema keeps its name until this transaction ends (its
+    -- pg_namespace row is locked), and it is the name this body was written
+    -- with: every @extschema@ name below is the extension's object, even when
+    -- a non-superuser owns the schema (public: the database owner). (Inline
+    -- in each function: a helper would itself be called by name.)
+    PERFORM 1 FROM pg_catalog.pg_namespace n
+      JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) n.oid
+     WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'
+       AND n.nspname OPERATOR(pg_catalog.=) (pg_catalog.parse_ident('@extschema@'))[1]
+       FOR SHARE OF n;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'leaf_id''s schema is no longer named @extschema@' USING ERRCODE = '55000',
+            HINT = 'Its functions name it: rename it back (ALTER SCHEMA ... RENAME TO @extschema@).';
+    END IF;
+    IF id IS NULL THEN
+        RAISE EXCEPTION 'worker_id must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF id < 0 OR id > 1023 THEN
+        RAISE EXCEPTION 'worker_id % is out of range', id
+            USING ERRCODE = '22023', DETAIL = 'Snowflake worker ids are 0 to 1023.';
+    END IF;
+    -- the row lock makes a concurrent release or claim wait for this one
+    SELECT w.node_name, w.copies, w.holder_copy INTO owner, pinned, holder
+      FROM @extschema@.leaf_worker w WHERE w.worker_id = id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'snowflake worker id % is not in leaf_worker', id USING ERRCODE = '42704';
+    END IF;
+    IF pg_catalog.starts_with(owner, 'released:') THEN
+        RAISE EXCEPTION 'snowflake worker id % is already released', id USING ERRCODE = '55000';
+    END IF;
+    -- On Citus the holder's renewals count a majority of the copies pinned in
+    -- its row, whatever this node's metadata lists now. The release (written
+    -- through Citus: every active copy listed here) must reach every pinned
+    -- copy but the holder's own, or it may miss every copy of a majority the
+    -- holder still renews on (nodes removed or disabled on one side of a
+    -- partition). A row not pinned yet (from 0.2.0) counts every copy listed.
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_placement') IS NOT NULL THEN
+        SELECT pg_catalog.array_agg(p.groupid::pg_catalog.int8),
+               pg_catalog.array_agg(p.groupid::pg_catalog.int8) FILTER (WHERE n.isactive)
+          INTO listed, active
+          FROM pg_catalog.pg_dist_shard s
+          JOIN pg_catalog.pg_dist_placement p ON p.shardid = s.shardid
+          JOIN pg_catalog.pg_dist_node n ON n.groupid = p.groupid AND n.noderole = 'primary'
+         WHERE s.logicalrelid = (SELECT c.oid FROM pg_catalog.pg_class c
+                                  WHERE c.relname = 'leaf_worker'
+                                    AND c.relnamespace = (SELECT e.extnamespace FROM pg_catalog.pg_extension e
+                                                           WHERE e.extname = 'leaf_id'));
+        needed := CASE WHEN pinned IS NULL THEN listed
+                       WHEN pg_catalog.cardinality(pinned) >= 2 THEN pg_catalog.array_remove(pinned, holder)
+                       ELSE pinned END;
+        IF NOT (COALESCE(needed, '{}') OPERATOR(pg_catalog.<@) COALESCE(active, '{}')) THEN
+            RAISE EXCEPTION 'cannot release snowflake worker id %: the copies of leaf_worker that its holder''s lease counts are not all on active nodes here', id
+                USING ERRCODE = '55000',
+                      DETAIL = pg_catalog.format('The release must reach the copies on the nodes of Citus groups %s; the active nodes here are groups %s.',
+                                                 needed, COALESCE(active, '{}')),
+                      HINT = 'Activate the nodes (citus_activate_node) or add them back. A node removed while it may still run keeps its id.';
+        END IF;
+    END IF;
+    -- Rename only: the row and its mark stay for the next owner, which so
+    -- cannot reissue this id's IDs; the live owner's renewal then matches no
+    -- row and it claims again. The owner token goes: nobody holds the id.
+    -- Every copy written must still have the owner and the pin read here
+    -- (a copy whose holder moved its pin since fails the release).
+    UPDATE @extschema@.leaf_worker w
+       SET node_name = CASE WHEN w.node_name = owner AND w.copies IS NOT DISTINCT FROM pinned
+                                 AND w.holder_copy IS NOT DISTINCT FROM holder
+                            THEN 'released:' OPERATOR(pg_catalog.||) id::text
+                            ELSE @extschema@.leaf_id_worker_row_conflict(w.worker_id, w.node_name, w.owner_token)::text END,
+           owner_token = NULL
+     WHERE w.worker_id = id;
+    RETURN owner;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION leaf_id_adopt_sequence(seq regclass, new_default text, freeze_sequence boolean,
+    OUT owner_table regclass, OUT owner_column name, OUT column_type regtype, OUT largest bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    kind "char";
+    is_identity boolean;
+    seq_increment bigint;
+    seq_max bigint;
+    seq_min bigint;
+    seq_last bigint;
+    column_max bigint;
+    table_name text;
+    seq_name text;
+BEGIN
+    -- The extension's schema keeps its name until this transaction ends (its
+    -- pg_namespace row is locked), and it is the name this body was written
+    -- with: every @extschema@ name below is the extension's object, even when
+    -- a non-superuser owns the schema (public: the database owner). (Inline
+    -- in each function: a helper would itself be called by name.)
+    PERFORM 1 FROM pg_catalog.pg_namespace n
+      JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) n.oid
+     WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'
+       AND n.nspname OPERATOR(pg_catalog.=) (pg_catalog.parse_ident('@extschema@'))[1]
+       FOR SHARE OF n;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'leaf_id''s schema is no longer named @extschema@' USING ERRCODE = '55000',
+            HINT = 'Its functions name it: rename it back (ALTER SCHEMA ... RENAME TO @extschema@).';
+    END IF;
+    IF seq IS NULL THEN
+        RAISE EXCEPTION 'the sequence must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    -- in REPEATABLE READ, rows committed before the lock below were invisible
+    -- to the max() that must cover them
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'adopting a sequence must run in a READ COMMITTED transaction'
+            USING ERRCODE = '55000',
+                  DETAIL = pg_catalog.format('The transaction is %s: its snapshot could miss rows committed meanwhile.',
+                                             pg_catalog.current_setting('transaction_isolation'));
+    END IF;
+    SELECT c.relkind INTO kind FROM pg_catalog.pg_class c WHERE c.oid = seq;
+    IF kind IS DISTINCT FROM 'S' THEN
+        RAISE EXCEPTION '"%" is not a sequence', seq USING ERRCODE = '42809';
+    END IF;
+    SELECT d.refobjid::pg_catalog.regclass, a.attname, a.atttypid::pg_catalog.regtype, d.deptype = 'i'
+      INTO owner_table, owner_column, column_type, is_identity
+      FROM pg_catalog.pg_depend d
+      JOIN pg_catalog.pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
+     WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.objid = seq
+       AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.refobjsubid > 0
+       AND d.deptype IN ('a', 'i');
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'sequence % is not owned by a column', seq
+            USING ERRCODE = '55000',
+                  HINT = 'Make the column own it (ALTER SEQUENCE ... OWNED BY table.column), as serial and identity columns do.';
+    END IF;
+    IF column_type NOT IN ('pg_catalog.int2'::pg_catalog.regtype, 'pg_catalog.int4'::pg_catalog.regtype,
+                           'pg_catalog.int8'::pg_catalog.regtype) THEN
+        RAISE EXCEPTION 'column %.% is of type %, not an integer type', owner_table, owner_column, column_type
+            USING ERRCODE = '42804';
+    END IF;
+    -- The statements below name the table and the sequence (there is no
+    -- syntax by OID): their schemas keep their names until this transaction
+    -- ends (rows locked), and each name is checked to be the OID once the
+    -- relation is locked under it, after which it cannot be renamed either.
+    -- Else a schema or table owner could swap in a look-alike (a view that
+    -- runs her function) between the lookup and the statement.
+    PERFORM 1 FROM pg_catalog.pg_namespace n
+     WHERE n.oid IN (SELECT c.relnamespace FROM pg_catalog.pg_class c WHERE c.oid IN (seq, owner_table))
+       FOR SHARE OF n;
+    table_name := owner_table::pg_catalog.text;
+    seq_name := seq::pg_catalog.text;
+    -- Inserts take the table's lock, then the sequence's (nextval): locking in
+    -- the same order waits for every insert in flight and lets none start
+    -- until this transaction ends, when they see the new default.
+    EXECUTE pg_catalog.format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', table_name);
+    IF pg_catalog.to_regclass(table_name) IS DISTINCT FROM owner_table THEN
+        RAISE EXCEPTION 'table % was renamed while it was being adopted', owner_table USING ERRCODE = '55000';
+    END IF;
+    -- only a table, read once it is locked (a view, which its owner could
+    -- make of it, would run the owner's code as the caller)
+    IF (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = owner_table) NOT IN ('r', 'p') THEN
+        RAISE EXCEPTION '"%" is not a table', owner_table USING ERRCODE = '42809',
+            DETAIL = 'Only the sequence of a column of a plain or partitioned table can be adopted.';
+    END IF;
+    SELECT s.seqincrement, s.seqmax, s.seqmin INTO seq_increment, seq_max, seq_min
+      FROM pg_catalog.pg_sequence s WHERE s.seqrelid = seq;
+    IF seq_increment < 0 THEN
+        RAISE EXCEPTION 'sequence % descends', seq USING ERRCODE = '0A000',
+            DETAIL = 'Only ascending sequences can be adopted.';
+    END IF;
+    -- an ALTER SEQUENCE locks the sequence against nextval() calls outside
+    -- inserts (SHARE ROW EXCLUSIVE) until this transaction ends
+    EXECUTE pg_catalog.format('ALTER SEQUENCE %s MAXVALUE %s', seq_name, seq_max);
+    IF pg_catalog.to_regclass(seq_name) IS DISTINCT FROM seq THEN
+        RAISE EXCEPTION 'sequence % was renamed while it was being adopted', seq USING ERRCODE = '55000';
+    END IF;
+    -- last_value also covers values other sessions hold in their CACHE; a
+    -- sequence never called has not given last_value yet: counting it anyway
+    -- only leaves a gap
+    EXECUTE pg_catalog.format('SELECT last_value FROM %s', seq_name) INTO seq_last;
+    -- setval() or explicit keys may have put larger values into the column;
+    -- read as the table's owner, so nothing of the owner's runs as the caller
+    column_max := @extschema@.leaf_id_column_max(owner_table::pg_catalog.oid, owner_column::pg_catalog.text);
+    largest := pg_catalog.int8larger(seq_last, COALESCE(column_max, seq_last));
+    IF is_identity THEN
+        -- drops the identity's sequence with it
+        EXECUTE pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I DROP IDENTITY', table_name, owner_column);
+    ELSIF freeze_sequence THEN
+        -- (MAXVALUE must stay above MINVALUE: a sequence still at its
+        -- minimum, given one value or none, gets its MINVALUE lowered by one)
+        EXECUTE pg_catalog.format('ALTER SEQUENCE %s MINVALUE %s MAXVALUE %s NO CYCLE', seq_name,
+                                  pg_catalog.int8smaller(seq_min, seq_last OPERATOR(pg_catalog.-) 1), seq_last);
+    END IF;
+    EXECUTE pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT %s', table_name, owner_column, new_default);
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION leaf_segment_adopt_sequence(seq regclass, tag text, step integer DEFAULT 1000) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    adopted record;
+    first_id bigint;
+BEGIN
+    -- The extension's schema keeps its name until this transaction ends (its
+    -- pg_namespace row is locked), and it is the name this body was written
+    -- with: every @extschema@ name below is the extension's object, even when
+    -- a non-superuser owns the schema (public: the database owner). (Inline
+    -- in each function: a helper would itself be called by name.)
+    PERFORM 1 FROM pg_catalog.pg_namespace n
+      JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) n.oid
+     WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'
+       AND n.nspname OPERATOR(pg_catalog.=) (pg_catalog.parse_ident('@extschema@'))[1]
+       FOR SHARE OF n;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'leaf_id''s schema is no longer named @extschema@' USING ERRCODE = '55000',
+            HINT = 'Its functions name it: rename it back (ALTER SCHEMA ... RENAME TO @extschema@).';
+    END IF;
+    IF tag IS NULL OR step IS NULL THEN
+        RAISE EXCEPTION 'tag and step must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.char_length(tag) NOT BETWEEN 1 AND 128 THEN
+        RAISE EXCEPTION 'a leaf_id tag has 1 to 128 characters' USING ERRCODE = '22023';
+    END IF;
+    IF step < 1 THEN
+        RAISE EXCEPTION 'step must be at least 1, not %', step USING ERRCODE = '22023';
+    END IF;
+    IF EXISTS (SELECT 1 FROM @extschema@.leaf_alloc a WHERE a.biz_tag = tag) THEN
+        RAISE EXCEPTION 'leaf_id tag "%" already exists in leaf_alloc', tag
+            USING ERRCODE = '42710',
+                  HINT = 'Adopt the sequence under a new tag, or switch the default yourself to leaf_segment_next() of the existing tag after raising its max_id above the column''s values.';
+    END IF;
+    SELECT * INTO adopted FROM @extschema@.leaf_id_adopt_sequence(
+        seq, pg_catalog.format('%I.leaf_segment_next(%L::text)', (SELECT n.nspname FROM pg_catalog.pg_extension e
+                   JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'leaf_id'), tag), true);
+    IF adopted.largest = 9223372036854775807 THEN
+        RAISE EXCEPTION 'sequence % has reached the largest bigint', seq USING ERRCODE = '2200H';
+    END IF;
+    first_id := pg_catalog.int8larger(adopted.largest + 1, 1);
+    -- a concurrent adoption of the same tag fails here with 23505
+    INSERT INTO @extschema@.leaf_alloc (biz_tag, max_id, step, description)
+    VALUES (tag, first_id, step, pg_catalog.format('adopted from sequence %s of %s.%I',
+                                                   seq, adopted.owner_table, adopted.owner_column));
+    RETURN first_id;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION leaf_snowflake_adopt_sequence(seq regclass) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    adopted record;
+    smallest bigint;
+BEGIN
+    -- The extension's schema keeps its name until this transaction ends (its
+    -- pg_namespace row is locked), and it is the name this body was written
+    -- with: every @extschema@ name below is the extension's object, even when
+    -- a non-superuser owns the schema (public: the database owner). (Inline
+    -- in each function: a helper would itself be called by name.)
+    PERFORM 1 FROM pg_catalog.pg_namespace n
+      JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) n.oid
+     WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'
+       AND n.nspname OPERATOR(pg_catalog.=) (pg_catalog.parse_ident('@extschema@'))[1]
+       FOR SHARE OF n;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'leaf_id''s schema is no longer named @extschema@' USING ERRCODE = '55000',
+            HINT = 'Its functions name it: rename it back (ALTER SCHEMA ... RENAME TO @extschema@).';
+    END IF;
+    smallest := @extschema@.leaf_snowflake_min_id(pg_catalog.now());
+    SELECT * INTO adopted FROM @extschema@.leaf_id_adopt_sequence(
+        seq, pg_catalog.format('%I.leaf_snowflake_next()', (SELECT n.nspname FROM pg_catalog.pg_extension e
+                   JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'leaf_id')), false);
+    IF adopted.column_type <> 'pg_catalog.int8'::pg_catalog.regtype THEN
+        RAISE EXCEPTION 'column %.% is of type %: snowflake IDs need bigint', adopted.owner_table,
+            adopted.owner_column, adopted.column_type USING ERRCODE = '42804';
+    END IF;
+    IF adopted.largest >= smallest THEN
+        RAISE EXCEPTION 'values of %.% reach into the snowflake range', adopted.owner_table, adopted.owner_column
+            USING ERRCODE = '55000',
+                  DETAIL = pg_catalog.format('The largest value is %s; the smallest snowflake ID now is %s, so a snowflake ID could equal an existing key.',
+                                             adopted.largest, smallest),
+                  HINT = 'Use leaf_segment_adopt_sequence() for this column.';
+    END IF;
+    RETURN smallest;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION leaf_opaque_create(name text, bits integer DEFAULT 63) RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    domain ALIAS FOR $1;
+    width ALIAS FOR $2;
+BEGIN
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER) THEN
+        RAISE EXCEPTION 'permission denied for function leaf_opaque_create'
+            USING ERRCODE = '42501', HINT = 'Only superusers may create an opaque domain.';
+    END IF;
+    -- The extension's schema keeps its name until this transaction ends (its
+    -- pg_namespace row is locked), and it is the name this body was written
+    -- with: every @extschema@ name below is the extension's object, even when
+    -- a non-superuser owns the schema (public: the database owner). (Inline
+    -- in each function: a helper would itself be called by name.)
+    PERFORM 1 FROM pg_catalog.pg_namespace n
+      JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) n.oid
+     WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'
+       AND n.nspname OPERATOR(pg_catalog.=) (pg_catalog.parse_ident('@extschema@'))[1]
+       FOR SHARE OF n;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'leaf_id''s schema is no longer named @extschema@' USING ERRCODE = '55000',
+            HINT = 'Its functions name it: rename it back (ALTER SCHEMA ... RENAME TO @extschema@).';
+    END IF;
+    IF domain IS NULL OR width IS NULL THEN
+        RAISE EXCEPTION 'the name and the width of an opaque domain must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.char_length(domain) NOT BETWEEN 1 AND 128 THEN
+        RAISE EXCEPTION 'an opaque domain name is 1 to 128 characters long; this one has %',
+            pg_catalog.char_length(domain) USING ERRCODE = '22023';
+    END IF;
+    -- 20 bits at least: 2^20 is the first power of two above the 10^6
+    -- values NIST's revision of SP 800-38G asks of an FF1 domain; below it a
+    -- domain is a small codebook (docs/opaque-ids.md, "Widths")
+    IF width NOT BETWEEN 20 AND 63 THEN
+        RAISE EXCEPTION 'the width of an opaque domain is 20 to 63 bits; % was given', width
+            USING ERRCODE = '22023', HINT = '63 (the default) covers every non-negative bigint; 53 keeps IDs exact in JavaScript numbers; below 20 bits a guess hits an issued ID too often.';
+    END IF;
+    -- On Citus the row goes to every node. An INSERT ... VALUES would carry
+    -- the key as a literal of the remote command (in the nodes'
+    -- pg_stat_activity, which pg_read_all_stats and so pg_monitor read, and
+    -- in any log of statements); an INSERT ... SELECT is sent as a COPY, the
+    -- key in its binary data. Nor may the commands reach a log from here (a
+    -- database owner may ALTER DATABASE ... SET citus.log_remote_commands, a
+    -- user setting; confined to this call by the SET clause above).
+    IF pg_catalog.current_setting('citus.log_remote_commands', true) IS NOT NULL THEN
+        PERFORM pg_catalog.set_config('citus.log_remote_commands', 'off', true),
+                pg_catalog.set_config('citus.log_local_commands', 'off', true);
+    END IF;
+    BEGIN
+        INSERT INTO @extschema@.leaf_opaque_domain (name, bits, key)
+        SELECT domain, width, @extschema@.leaf_id_random_key();
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'opaque domain "%" already exists', domain USING ERRCODE = '42710';
+    END;
+    RETURN domain;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION leaf_opaque_drop(name text) RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    domain ALIAS FOR $1;
+    users text[];
+BEGIN
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER) THEN
+        RAISE EXCEPTION 'permission denied for function leaf_opaque_drop'
+            USING ERRCODE = '42501', HINT = 'Only superusers may drop an opaque domain.';
+    END IF;
+    -- The extension's schema keeps its name until this transaction ends (its
+    -- pg_namespace row is locked), and it is the name this body was written
+    -- with: every @extschema@ name below is the extension's object, even when
+    -- a non-superuser owns the schema (public: the database owner). (Inline
+    -- in each function: a helper would itself be called by name.)
+    PERFORM 1 FROM pg_catalog.pg_namespace n
+      JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) n.oid
+     WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'
+       AND n.nspname OPERATOR(pg_catalog.=) (pg_catalog.parse_ident('@extschema@'))[1]
+       FOR SHARE OF n;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'leaf_id''s schema is no longer named @extschema@' USING ERRCODE = '55000',
+            HINT = 'Its functions name it: rename it back (ALTER SCHEMA ... RENAME TO @extschema@).';
+    END IF;
+    IF domain IS NULL THEN
+        RAISE EXCEPTION 'the name of an opaque domain must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    -- the row lock makes a concurrent drop wait; a tag's row names it
+    PERFORM 1 FROM @extschema@.leaf_opaque_domain d WHERE d.name OPERATOR(pg_catalog.=) domain FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'opaque domain "%" does not exist', domain USING ERRCODE = '42704';
+    END IF;
+    SELECT pg_catalog.array_agg(a.biz_tag ORDER BY a.biz_tag) INTO users
+      FROM @extschema@.leaf_alloc a WHERE a.opaque_domain OPERATOR(pg_catalog.=) domain;
+    IF users IS NOT NULL THEN
+        RAISE EXCEPTION 'opaque domain "%" is used by tags %', domain, users
+            USING ERRCODE = '2BP01', DETAIL = 'Its key decodes the IDs those tags issued.';
+    END IF;
+    DELETE FROM @extschema@.leaf_opaque_domain d WHERE d.name OPERATOR(pg_catalog.=) domain;
+    RETURN domain;
+END
+$fn$;
 
 -- src/runtime/worker_status.rs
 -- leaf_id::runtime::worker_status::leaf_id_worker_status

@@ -9,7 +9,7 @@ BEGIN
     PERFORM 1 FROM pg_catalog.pg_namespace n
       JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) n.oid
      WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'
-       AND pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.=) '@extschema@'
+       AND n.nspname OPERATOR(pg_catalog.=) (pg_catalog.parse_ident('@extschema@'))[1]
        FOR SHARE OF n;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'the schema of leaf_id was renamed while CREATE EXTENSION ran' USING ERRCODE = '55000';

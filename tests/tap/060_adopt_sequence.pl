@@ -90,5 +90,24 @@ is( $node->safe_psql('postgres',
 		q{SELECT attidentity FROM pg_attribute WHERE attrelid = 't_identity'::regclass AND attname = 'id'}),
 	'', 't_identity: the identity was dropped for the default');
 
+# a sequence still at its minimum (never called, or called once) was refused
+# with 22023 (MAXVALUE 1 would not be above MINVALUE 1); adopted now, its
+# frozen sequence gives nothing the tag issues
+for my $given (0, 1)
+{
+	my $t = "t_min$given";
+	$node->safe_psql('postgres', "CREATE TABLE $t (id bigserial PRIMARY KEY, c int)");
+	$node->safe_psql('postgres', "INSERT INTO $t (c) VALUES (0)") if $given;
+	my $r = try_sql($node, 'postgres', "SELECT leaf_segment_adopt_sequence('${t}_id_seq', '$t', 10)");
+	is($r->{ret}, 0, "$t: a sequence that gave $given value(s) is adopted") or diag $r->{err};
+	my $first = $r->{out};
+	cmp_ok($first, '>', $given, "$t: the tag starts above it ($first)");
+	$node->safe_psql('postgres', "INSERT INTO $t (c) SELECT 1 FROM generate_series(1, 30)");
+	$r = try_sql($node, 'postgres', "SELECT nextval('${t}_id_seq')");
+	ok($r->{ret} != 0 || ($r->{out} < $first),
+		"$t: the frozen sequence gives no value the tag issues (" . ($r->{out} || $r->{sqlstate}) . ')');
+	is($node->safe_psql('postgres', "SELECT count(*) FROM $t"), 30 + $given, "$t: every insert is there");
+}
+
 $node->stop;
 done_testing();

@@ -18,6 +18,8 @@
 #     decode can grant.
 #  9. leaf_segment_status hides an opaque tag's counters from a pg_monitor
 #     member who may not decode.
+#  (and the superusers' functions go on under a database owner's
+#  quote_all_identifiers, installed or updated under it or not)
 #  3. Under hostile ALTER DEFAULT PRIVILEGES (to a role r, to pg_monitor,
 #     and EXECUTE taken from PUBLIC), a fresh install and every update path
 #     end with the same full ACLs as a fresh install without them: r and
@@ -326,6 +328,39 @@ for my $path (['fresh', undef], ['from051', '0.5.1'], ['from050', '0.5.0'], ['fr
 	}
 	my $q = try_sql($node, $db, "CREATE ROLE plain_$db; SET ROLE plain_$db; SELECT leaf_snowflake_next() > 0");
 	is($q->{out}, 't', "$label: PUBLIC may draw IDs") or diag $q->{err};
+}
+
+# --- quote_all_identifiers: a database owner may set it for her database ----
+# The superusers' functions pin the extension's schema by its name; compared
+# through quote_ident(), whose spelling the setting changes, they refused
+# (55000) while it was on (0.5.1 below), or, installed under it, after it was
+# reset. parse_ident() reads the name either way.
+$node->safe_psql('postgres', 'CREATE DATABASE qai OWNER mallory; CREATE DATABASE qai051 OWNER mallory');
+$node->safe_psql('qai051', "CREATE EXTENSION leaf_id VERSION '0.5.1'");
+for my $db ('qai', 'qai051')
+{
+	my $q = try_sql($node, $db, "SET ROLE mallory; ALTER DATABASE $db SET quote_all_identifiers = on");
+	is($q->{ret}, 0, "$db: the database owner sets quote_all_identifiers for it") or diag $q->{err};
+}
+my $q = try_sql($node, 'qai051', "SELECT leaf_opaque_create('q0', 30)");
+is($q->{sqlstate}, '55000', "premise: 0.5.1's leaf_opaque_create refuses under the owner's quote_all_identifiers")
+  or diag $q->{err};
+$q = try_sql($node, 'qai051', "ALTER EXTENSION leaf_id UPDATE; SELECT leaf_opaque_create('q1', 30)");
+is($q->{out}, 'q1', 'updated under it, leaf_opaque_create works') or diag $q->{err};
+$q = try_sql($node, 'qai', "CREATE EXTENSION leaf_id; SELECT leaf_opaque_create('q1', 30)");
+is($q->{out}, 'q1', 'installed under it, leaf_opaque_create works') or diag $q->{err};
+$node->safe_psql('postgres', 'ALTER DATABASE qai RESET quote_all_identifiers; ALTER DATABASE qai051 RESET quote_all_identifiers');
+for my $db ('qai', 'qai051')
+{
+	$q = try_sql($node, $db, q{
+SELECT leaf_opaque_create('q2', 30), leaf_opaque_drop('q2');
+INSERT INTO leaf_worker (worker_id, node_name) VALUES (901, 'gone-node');
+SELECT leaf_snowflake_release_worker_id(901) IS NOT NULL;
+CREATE TABLE qs (id bigserial PRIMARY KEY);
+SELECT leaf_segment_adopt_sequence('qs_id_seq', 'qs', 10) > 0});
+	is($q->{out}, "q2|q2
+t
+t", "$db, the setting reset: the superusers' functions work") or diag $q->{err};
 }
 
 $node->stop;
