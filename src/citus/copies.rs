@@ -519,12 +519,8 @@ pub fn renew_on_majority(
         }
     };
     if !own {
-        return Err(JobError::new(
-            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            format!(
-                "could not renew the snowflake lease: this node's copy of leaf_worker has no row for worker id {worker_id}"
-            ),
-        ));
+        // deleted (or truncated) under this node: claim again (55006)
+        return Err(worker_row_gone(worker_id, node));
     }
     let mut acks = 0;
     let mut failures = Vec::new();
@@ -690,4 +686,16 @@ pub fn highest_mark_on_other_copies(
         highest = highest.max(floor);
     }
     Ok(highest)
+}
+
+/// The error of a renewal that found no row for its worker id (on a plain
+/// server, or in this node's copy): 55006, which makes the snowflake worker
+/// close its generator and claim again.
+pub fn worker_row_gone(worker_id: i64, node: &str) -> JobError {
+    JobError::new(
+        PgSqlErrorCode::ERRCODE_OBJECT_IN_USE,
+        format!(
+            "the leaf_worker row of worker id {worker_id} for node \"{node}\" is gone (deleted, or the table truncated): the id is claimed again"
+        ),
+    )
 }

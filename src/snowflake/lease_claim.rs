@@ -103,7 +103,7 @@ pub fn claim(schema: &Schema, db: usize, avoid: Option<i64>) -> Result<Claimed, 
     // the time of a takeover from another token (the new floor)
     let mut wrote_registry = false;
     let mut taken_at = 0;
-    // a released row's floor from the clock (`released_floor`), used on Citus
+    // a taken row's floor from the clock (`released_floor`), used on Citus
     let mut released_at = 0;
     let mut waits_for_release = false;
     let (worker_id, persisted) = Spi::connect_mut(|client| {
@@ -190,7 +190,7 @@ pub fn claim(schema: &Schema, db: usize, avoid: Option<i64>) -> Result<Claimed, 
                         continue; // another node took it first: plan again
                     }
                     wrote_registry = true;
-                    released_at = released_floor(t, ahead);
+                    released_at = released_floor(ahead);
                     t.id()
                 }
                 ClaimPlan::Move { release, take: t } => {
@@ -236,7 +236,7 @@ pub fn claim(schema: &Schema, db: usize, avoid: Option<i64>) -> Result<Claimed, 
                             ),
                         ));
                     }
-                    released_at = released_floor(t, ahead);
+                    released_at = released_floor(ahead);
                     t.id()
                 }
                 ClaimPlan::OwnedByOther { worker_id, owner } => {
@@ -442,19 +442,20 @@ fn require_pin_reached(
     }
 }
 
-/// The floor of a released row taken now: above every lease its last holder
-/// can still have. Its renewals stop holding once the release is on a
-/// majority of the copies, which is before this claim, and each renewal
-/// leases at most `lease_ahead` past its own time. The marks read from every
-/// copy say the same unless a copy was overwritten meanwhile (on Citus,
+/// The floor of a row taken now (used on Citus, where other nodes share the
+/// registry): above every lease its last holder can still have. A released
+/// row's holder stops renewing once the release is on a majority of the
+/// copies, which is before this claim, and each renewal leases at most
+/// `lease_ahead` past its own time. A row inserted now may have had a
+/// holder too: a row deleted (or the table truncated) under a live holder
+/// leaves no mark, and that node issues up to its lease, then stops (its
+/// renewal finds no row). The marks read from every copy say the same
+/// unless a copy was overwritten meanwhile (on Citus,
 /// `replicate_reference_tables` after `citus_activate_node` copies one copy
 /// over the others, marks included: `tests/citus/216`). Assumes the same
 /// `leaf_id.lease_ahead` and synchronized clocks on every node.
-fn released_floor(take: Take, ahead: i64) -> i64 {
-    match take {
-        Take::TakeOver(_) => clock_ms().saturating_add(ahead),
-        Take::Insert(_) => 0,
-    }
+fn released_floor(ahead: i64) -> i64 {
+    clock_ms().saturating_add(ahead)
 }
 
 fn held_by_live_server(id: i64, node: &str) -> JobError {

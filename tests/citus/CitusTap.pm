@@ -164,12 +164,15 @@ sub run_sessions
 	return \%res;
 }
 
-# The snowflake worker id a node's generator uses (it claims one if needed).
+# The snowflake worker id a node's generator uses (it claims one if needed:
+# a first claim of an id waits out leaf_id.lease_ahead, 3 s, before it
+# issues, longer than the 3 s refill_timeout some tests set for their
+# nodes, so this call waits up to 20 s).
 sub leaf_worker_id_of
 {
 	my ($node) = @_;
 	return $node->safe_psql('postgres',
-		'SELECT (leaf_snowflake_decode(leaf_snowflake_next())).worker_id');
+		'SET leaf_id.refill_timeout = 20000; SELECT (leaf_snowflake_decode(leaf_snowflake_next())).worker_id');
 }
 
 # Start $node again after its postmaster was killed (kill -9): its children

@@ -6,7 +6,8 @@
 #   above everything it issued before (the first calls may be refused, 58000,
 #   until the clock passes the persisted mark: bounded retry);
 # - another node name claims the next free id (3);
-# - switching back to the first name gets 2 again, still above its old IDs.
+# - switching back to the first name gets 2 again, still above its old IDs;
+# - its row deleted while it issues, it claims another id (4) and goes on.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -14,6 +15,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use lib $ENV{LEAF_ID_TAP_ROOT} . '/tests/tap';
 use SnowflakeTap;
+use Time::HiRes qw(usleep);
 
 use constant LEASE_AHEAD_MS => 3000;
 
@@ -122,6 +124,26 @@ is(draw_phase($node, 4),
 	'2',
 	'back to the first name: worker id 2 again');
 check_phase_above($node, 4, '1, 2', 'back to the first name');
+
+# --- phase 5: the node's row deleted while it issues: its renewal finds no
+# row (it failed with 55000 at every renewal until a restart); it claims
+# again, another id than the one it lost (as after a takeover: the lowest
+# free one but 2, so 4), and goes on
+$node->safe_psql('postgres', "DELETE FROM leaf_worker WHERE worker_id = 2");
+my $mine = $node->safe_psql('postgres', 'SELECT quote_literal(node_name) FROM leaf_snowflake_status');
+my $back = '';
+for (1 .. 100)
+{
+	$back = $node->safe_psql('postgres', "SELECT string_agg(worker_id::text, ',') FROM leaf_worker WHERE node_name = $mine");
+	last if $back ne '';
+	usleep(100_000);
+}
+is($back, '4', 'its row deleted: the node claims again within seconds, worker id 4');
+my $r = repeat_sql($node, "INSERT INTO ids SELECT 5, leaf_snowflake_next() FROM generate_series(1, 100) RETURNING 1",
+	seconds => 5);
+ok($r->{ok}, 'its row deleted: the node goes on issuing') or diag explain $r->{errors};
+is(draw_phase($node, 5), '4', 'its row deleted: it issues with worker id 4');
+check_phase_above($node, 5, '1, 2, 3, 4', 'its row deleted');
 
 is(repeated_ids($node), '0', 'no ID was issued twice over all phases');
 
