@@ -121,6 +121,12 @@ impl WorkerSlot {
 pub struct DbSlot {
     /// 0 = free
     pub dboid: AtomicU32,
+    /// Bumped whenever the slot is given to a database or freed (under the
+    /// global lock): a backend that read it before a take and finds it
+    /// unchanged after knows the generator it took from was its database's
+    /// all along, also if the slot went to another database and came back
+    /// in between.
+    pub assigned: AtomicU64,
     workers: [WorkerSlot; 2],
     /// Woken on every refill, claim and renewal.
     pub cv: UnsafeCell<pg_sys::ConditionVariable>,
@@ -137,10 +143,6 @@ pub struct DbSlot {
     /// The snowflake worker's requests to its renewal helpers, one slot per
     /// other copy of leaf_worker (`citus::renewal_helper`).
     copy_slots: [crate::runtime::copy_slot::CopySlot; crate::runtime::copy_slot::MAX_OTHER_COPIES],
-    /// Raised by `leaf_id_reset_cache()` before and after it removes the
-    /// database's segment reserve file (odd while it does): a worker that
-    /// read the file before, or meanwhile, must not use or write it back.
-    pub reserve_resets: AtomicU64,
     /// Per worker (`Role`): what its last commit waits for (`standby_wait`);
     /// callers that time out and the status views say so. Guarded by the
     /// database's lock.
@@ -339,7 +341,8 @@ impl TagSlot {
 /// The end of the highest range this server lifetime reserved for one tag
 /// of one database, kept when the tag's slot is freed (deleted, re-created,
 /// rewound tags): a later reservation never starts below it. Keyed by a
-/// 64-bit hash of the tag; a collision can only move a tag forward (a gap).
+/// 64-bit keyed hash of the tag (`tag_hash`); a collision can only move a
+/// tag forward (a gap).
 /// Guarded by the global lock.
 #[repr(C)]
 pub struct ReservedMark {
@@ -354,11 +357,12 @@ pub struct ReservedMark {
     durable: AtomicBool,
 }
 
-/// FNV-1a: stable across processes (unlike a randomly keyed hasher).
-pub fn tag_hash(tag: &str) -> u64 {
-    tag.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-    })
+/// A tag's mark key: SipHash-2-4 under the random key of this lifetime of
+/// the shared memory (the same in every process; marks live no longer).
+/// Keyed, so that a tag admin cannot pick a name whose hash is a victim
+/// tag's and push its floor up (FNV-1a, unkeyed, let her search for one).
+fn tag_hash(key: (u64, u64), tag: &str) -> u64 {
+    crate::segment::opaque::siphash24(key.0, key.1, tag.as_bytes())
 }
 
 /// Marks kept: 4 per tag slot, at least 16384 (tags deleted and created
@@ -378,6 +382,16 @@ struct Header {
     /// reinitialisation after a crash): written into the leaf_worker row this
     /// server claims, so a physical copy with the same node name is told apart.
     owner_token: i64,
+    /// Random, per lifetime of the shared memory: the key of the marks'
+    /// tag hashes (`tag_hash`).
+    mark_key: (u64, u64),
+    /// Raised by `leaf_id_reset_cache()` before (0) and after (1) it removes
+    /// a database's segment reserve file: a worker that read its file before,
+    /// or while one runs, must not use or write it back. Counts for the
+    /// server, not per database slot: a slot may go to another database
+    /// while a reset runs, or a database have none; two at once are told
+    /// apart (started differs from finished while any runs).
+    reserve_resets: [AtomicU64; 2],
     /// Per snowflake worker id: the database of this server that last held
     /// a lease with it in this lifetime, and the lease's end. Another
     /// database's registry knows nothing of that lease (a copy of the
@@ -484,6 +498,7 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
             (*header).n_dbs = n_dbs as u32;
             (*header).n_tags = n_tags as u32;
             (*header).owner_token = owner_token_for_this_lifetime();
+            (*header).mark_key = (random_nonce(), random_nonce());
             let dbs = base.add(dbs_at) as *mut DbSlot;
             for i in 0..n_dbs {
                 pg_sys::ConditionVariableInit((*dbs.add(i)).cv.get());
@@ -661,13 +676,11 @@ impl Shared {
         self.noted_lease_locked(worker_id, None)
     }
 
-    /// How often the database's segment reserve was reset in this lifetime
-    /// (0 for a database without a slot).
-    pub fn reserve_resets(&self, dboid: u32) -> u64 {
-        (0..self.n_dbs())
-            .map(|d| self.db(d))
-            .find(|slot| slot.dboid.load(SeqCst) == dboid)
-            .map_or(0, |slot| slot.reserve_resets.load(SeqCst))
+    /// How many resets of a segment reserve of this server started and how
+    /// many finished in this lifetime (any database's: a worker then reads
+    /// its file again).
+    pub fn reserve_resets(&self) -> &[AtomicU64; 2] {
+        unsafe { &(*self.header).reserve_resets }
     }
 
     /// This server lifetime's owner token (see `Header::owner_token`).
@@ -735,6 +748,7 @@ impl Shared {
         db.worker_id.store(-1, SeqCst);
         db.snowflake_lease_wanted.store(false, SeqCst);
         db.generator.clear();
+        db.assigned.fetch_add(1, SeqCst);
         db.dboid.store(dboid, SeqCst);
         Some(i)
     }
@@ -888,6 +902,7 @@ impl Shared {
             self.free_tags_of(dboid);
             let _g = self.lock_global();
             if db.dboid.load(SeqCst) == dboid && !db.any_worker() {
+                db.assigned.fetch_add(1, SeqCst);
                 db.dboid.store(0, SeqCst);
                 reclaimed = true;
             }
@@ -899,11 +914,24 @@ impl Shared {
     pub fn free_tags_of(&self, dboid: u32) {
         for i in 0..self.n_tags {
             let slot = self.tag(i);
-            if slot.dboid.load(SeqCst) == dboid {
-                let epoch = slot.epoch.load(SeqCst);
+            if slot.dboid.load(SeqCst) != dboid {
+                continue;
+            }
+            // the owner and the epoch read under the global lock, which
+            // every allocation holds: a slot that went to another database
+            // since the look above is left alone
+            let epoch = {
+                let _g = self.lock_global();
+                (slot.dboid.load(SeqCst) == dboid).then(|| slot.epoch.load(SeqCst))
+            };
+            if let Some(epoch) = epoch {
                 self.free_tag(i, epoch);
             }
         }
+    }
+
+    fn mark_key(&self) -> (u64, u64) {
+        unsafe { (*self.header).mark_key }
     }
 
     fn mark(&self, i: usize) -> &ReservedMark {
@@ -913,7 +941,7 @@ impl Shared {
 
     /// The tag's mark, if it has one. Global lock held.
     fn find_mark(&self, dboid: u32, tag: &str) -> Option<&ReservedMark> {
-        let h = tag_hash(tag);
+        let h = tag_hash(self.mark_key(), tag);
         (0..n_marks(self.n_tags))
             .map(|i| self.mark(i))
             .find(|m| m.dboid.load(SeqCst) == dboid && m.tag_hash.load(SeqCst) == h)
@@ -950,7 +978,7 @@ impl Shared {
             .or_else(|| marks().find(|m| m.dboid.load(SeqCst) == dboid && m.durable.load(SeqCst)))
             .or_else(|| marks().find(|m| m.durable.load(SeqCst)))
             .ok_or(MarksFull)?;
-        taken.tag_hash.store(tag_hash(tag), SeqCst);
+        taken.tag_hash.store(tag_hash(self.mark_key(), tag), SeqCst);
         taken.end.store(end, SeqCst);
         taken.durable.store(durable, SeqCst);
         taken.dboid.store(dboid, SeqCst);

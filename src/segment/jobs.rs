@@ -97,8 +97,13 @@ impl SegmentJobs {
             Err(e) => {
                 // the old file must not serve a dropped reserve: remove it
                 // (its ranges become gaps), or use no reserve any more
+                // (gone already: a reset removed it, and the refill's save
+                // saw the reset)
                 let removed =
-                    std::fs::remove_file(data_dir().join(local_reserve::file_name(dboid))).is_ok();
+                    match std::fs::remove_file(data_dir().join(local_reserve::file_name(dboid))) {
+                        Ok(()) => true,
+                        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+                    };
                 pgrx::warning!(
                     "leaf_id: could not write the segment reserve file for tag \"{}\": {}; {}",
                     tag,

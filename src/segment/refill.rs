@@ -70,26 +70,40 @@ pub(crate) fn reserve(
         // one range on two nodes).
         let opaque = crate::runtime::transaction::catalog_has_opaque();
         let granted = crate::runtime::transaction::catalog_has_grants_and_history();
-        let row = client
-            .update(
-                &sql::alloc_lock_row(schema, opaque, granted),
-                None,
-                &[tag.into()],
-            )
+        let lock_sql = sql::alloc_lock_row(schema, opaque, granted);
+        let mut row = client
+            .update(&lock_sql, None, &[tag.into()])
             .map_err(spi_err)?;
         if row.is_empty() {
+            settings::pause_point(
+                "slow_tag_lookup",
+                "after the update found no row",
+                std::time::Duration::from_millis(1500),
+            );
             let exists = client
                 .select(&sql::alloc_row_exists(schema), None, &[tag.into()])
                 .map_err(spi_err)?
                 .len()
                 > 0;
-            if exists {
+            if !exists {
+                settings::pause_point(
+                    "slow_tag_lookup",
+                    "after the row was not found",
+                    std::time::Duration::from_millis(1500),
+                );
+                return Err(unknown_tag(tag));
+            }
+            // committed since the update's snapshot (a tag inserted just
+            // now): the update again, with a new one
+            row = client
+                .update(&lock_sql, None, &[tag.into()])
+                .map_err(spi_err)?;
+            if row.is_empty() {
                 return Err(not_recorded(
                     tag,
                     "the row could not be locked by an update",
                 ));
             }
-            return Err(unknown_tag(tag));
         }
         let row = row.first();
         let max_id: i64 = row.get(1).ok().flatten().unwrap_or(-1);
@@ -314,13 +328,21 @@ pub(crate) fn reserve(
             ));
         }
         if history {
-            client
+            // the recorded end keeps the tag above this range after a restart
+            // (a max_id moved back, a row re-created): exactly this row must
+            // now say at least `end`
+            let ends: Vec<Option<i64>> = client
                 .update(
                     &sql::record_alloc_end(schema),
                     None,
                     &[tag.into(), end.into()],
                 )
-                .map_err(spi_err)?;
+                .map_err(spi_err)?
+                .map(|r| r.get::<i64>(1).ok().flatten())
+                .collect();
+            if !matches!(ends.as_slice(), [Some(e)] if *e >= end) {
+                return Err(end_not_recorded(tag, end, &ends));
+            }
         }
         Ok(Reserved {
             start,
@@ -476,6 +498,15 @@ pub(crate) fn take_from_reserve(
             Err(NoRange::Empty) => Ok(None),
         }
     })
+}
+
+fn end_not_recorded(tag: &str, end: i64, returned: &[Option<i64>]) -> JobError {
+    JobError::new(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!(
+            "leaf_id could not record the end of the reservation of tag \"{tag}\" in leaf_alloc_encoding (it should be at least {end}; the update returned {returned:?}): a trigger or rule on leaf_alloc_encoding changed or skipped it, and no ID is handed out that the table has not recorded"
+        ),
+    )
 }
 
 fn not_recorded(tag: &str, detail: &str) -> JobError {

@@ -20,8 +20,14 @@ fn reserve_io_error(e: std::io::Error) -> JobError {
 /// reserve file (one segment worker per database and process).
 static RESETS_AT_LOAD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-fn resets(dboid: u32) -> u64 {
-    shared().map_or(0, |sh| sh.reserve_resets(dboid))
+/// Resets started, and whether one runs now.
+fn resets() -> (u64, bool) {
+    shared().map_or((0, false), |sh| {
+        let [started, finished] = sh.reserve_resets();
+        let f = finished.load(SeqCst);
+        let s = started.load(SeqCst);
+        (s, s != f)
+    })
 }
 
 /// The record outside the data directory of the database's reserve file.
@@ -33,22 +39,22 @@ fn reserve_record(dboid: u32) -> Option<crate::runtime::owner_file::BootRecord> 
 /// write the record names, and no reset during or after the read.
 pub(crate) fn load_reserve(dboid: u32) -> Reserve {
     let token = shared().expect("shared memory").owner_token();
-    let before = resets(dboid);
+    let (before, running) = resets();
     RESETS_AT_LOAD.store(before, SeqCst);
-    if before % 2 == 1 {
-        return Reserve::new(token); // a reset is removing the file
+    if running {
+        return Reserve::new(token); // a reset may be removing the file
     }
     let recorded = reserve_record(dboid).and_then(|r| r.read());
     let kept = local_reserve::load(&data_dir(), dboid, token, recorded);
-    if resets(dboid) != before {
+    if resets().0 != before {
         return Reserve::new(token);
     }
     kept
 }
 
 /// Whether `leaf_id_reset_cache()` ran since the file was read.
-pub(crate) fn reset_since_load(dboid: u32) -> bool {
-    resets(dboid) != RESETS_AT_LOAD.load(SeqCst)
+pub(crate) fn reset_since_load(_dboid: u32) -> bool {
+    resets().0 != RESETS_AT_LOAD.load(SeqCst)
 }
 
 /// Write the reserve with a fresh nonce, the record first (a crash between
@@ -78,13 +84,12 @@ pub(crate) fn save_reserve(dboid: u32, reserve: &Reserve) -> Result<(), JobError
 
 /// Remove the database's segment reserve file and its record (without the
 /// record no older write of the file is used). The reset is counted before
-/// and after (`DbSlot::reserve_resets`), so that a worker that read the file
-/// before or meanwhile never uses it or writes it back.
+/// and after (`Shared::reserve_resets`, one count for the server), so that
+/// a worker that read the file before or meanwhile never uses it or writes
+/// it back.
 pub fn remove_for_reset(sh: &crate::runtime::shmem::Shared, dboid: u32) {
-    let counter = sh.db_slot(dboid).map(|db| &sh.db(db).reserve_resets);
-    if let Some(c) = counter {
-        c.fetch_add(1, SeqCst);
-    }
+    let [started, finished] = sh.reserve_resets();
+    started.fetch_add(1, SeqCst);
     let dir = crate::runtime::shmem::data_dir();
     let file = dir.join(local_reserve::file_name(dboid));
     let removed = reserve_record(dboid)
@@ -94,9 +99,7 @@ pub fn remove_for_reset(sh: &crate::runtime::shmem::Shared, dboid: u32) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(e),
         });
-    if let Some(c) = counter {
-        c.fetch_add(1, SeqCst);
-    }
+    finished.fetch_add(1, SeqCst);
     if let Err(e) = removed {
         crate::errors::raise(
             PgSqlErrorCode::ERRCODE_IO_ERROR,

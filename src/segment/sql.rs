@@ -269,6 +269,10 @@ fn take_ids(
     // error of the same (slot, epoch) is the answer to this call
     let mut seen_error: Option<(usize, u64, u64)> = None;
     let mut counted_wait = false;
+    // a 42704 answer to a first refill that another call asked for may
+    // come from a read of leaf_alloc before this call began (the tag
+    // inserted just before it): asked again once, with a slot of its own
+    let mut asked_again = false;
     loop {
         let (i, epoch) = looked_up
             .take()
@@ -348,11 +352,18 @@ fn take_ids(
             // a refill refused) must not keep them all
             let never_served = missing || slot.status() == TagStatus::Loading;
             drop(guard);
-            backend::end_wait();
             if never_served {
                 sh.free_tag(i, epoch);
                 forget(tag);
+                if !asked_again
+                    && code == crate::errors::code_of(PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT)
+                {
+                    asked_again = true;
+                    seen_error = None;
+                    continue;
+                }
             }
+            backend::end_wait();
             raise_recorded(code, message);
         }
         match slot.pair.on_exhausted() {
@@ -431,19 +442,19 @@ fn leaf_segment_status() -> TableIterator<
     (
         name!(tag, String),
         name!(status, String),
-        name!(current_buffer, i32),
+        name!(current_buffer, Option<i32>),
         name!(buffer0_start, Option<i64>),
         name!(buffer0_next, Option<i64>),
         name!(buffer0_end, Option<i64>),
         name!(buffer1_start, Option<i64>),
         name!(buffer1_next, Option<i64>),
         name!(buffer1_end, Option<i64>),
-        name!(next_ready, bool),
-        name!(refill_in_flight, bool),
+        name!(next_ready, Option<bool>),
+        name!(refill_in_flight, Option<bool>),
         name!(dynamic_step, Option<i64>),
         name!(table_step, i64),
         name!(refills, Option<i64>),
-        name!(waits, i64),
+        name!(waits, Option<i64>),
         name!(last_refill, Option<TimestampWithTimeZone>),
         name!(opaque_bits, Option<i32>),
     ),
@@ -470,21 +481,24 @@ fn leaf_segment_status() -> TableIterator<
         rows.push((
             slot.tag(),
             slot.status().name().to_string(),
-            slot.pair.current_index() as i32,
+            // (which segment is current, whether the next is there or
+            // being refilled, and the waits, polled, time the segment
+            // switches and so the count as well)
+            shown.then(|| slot.pair.current_index() as i32),
             counter(b0.start),
             counter(b0.next),
             counter(b0.end),
             counter(b1.start),
             counter(b1.next),
             counter(b1.end),
-            slot.pair.next_ready(),
-            slot.refill_in_flight.load(SeqCst),
+            shown.then(|| slot.pair.next_ready()),
+            shown.then(|| slot.refill_in_flight.load(SeqCst)),
             // (the dynamic step and the time of the last refill, polled,
             // give the count away as well)
             counter(slot.dynamic_step.load(SeqCst)),
             slot.table_step.load(SeqCst),
             counter(slot.refills.load(SeqCst) as i64),
-            slot.waits.load(SeqCst) as i64,
+            shown.then(|| slot.waits.load(SeqCst) as i64),
             tstz_from_unix_us(slot.last_refill_us.load(SeqCst)).filter(|_| shown),
             // NULL: plain IDs, or no refill yet
             slot.encoding.domain().map(|d| d.bits() as i32),

@@ -87,12 +87,20 @@ fn next_id() -> i64 {
 fn next_ids(want: i64, batch: bool) -> (i64, i64) {
     let sh = backend::shared_or_raise();
     let mut deadline: Option<Deadline> = None;
-    let mut seen_error: Option<(usize, u64)> = None;
+    // (slot, its assignment, error count) when this call first waited: a
+    // later error of the same slot and assignment is the answer to it
+    let mut seen_error: Option<(usize, u64, u64)> = None;
     loop {
         // looked up on every round: the slot of a database whose workers
         // have left it may go to another database (`Shared::db_slot`)
         let db = backend::my_db_slot(sh);
         let slot = sh.db(db);
+        // the slot's assignment, read once it is known to be this
+        // database's: the same after the take, the generator was ours
+        let assigned = slot.assigned.load(SeqCst);
+        if slot.dboid.load(SeqCst) != backend::my_dboid() {
+            continue; // given away since the lookup: look up again
+        }
         if slot.snowflake_state.load(SeqCst) == SnowflakeState::Ready as u32 {
             let cfg = Config {
                 epoch_ms: epoch(),
@@ -106,9 +114,11 @@ fn next_ids(want: i64, batch: bool) -> (i64, i64) {
                 slot.generator.next_ids(&cfg, &PgClock, &mut random, want)
             };
             match got {
-                Ok(_) if slot.dboid.load(SeqCst) != backend::my_dboid() => {
-                    // another database's generator since the lookup: its
-                    // IDs are not this database's (a gap in its sequence)
+                Ok(_) if slot.assigned.load(SeqCst) != assigned => {
+                    // the slot was given away since the lookup (and maybe
+                    // back): the generator may have been another
+                    // database's, whose IDs are not this database's (a gap
+                    // in its sequence)
                     continue;
                 }
                 Ok(ids) => {
@@ -133,18 +143,21 @@ fn next_ids(want: i64, batch: bool) -> (i64, i64) {
         backend::prepare_wait(sh, db);
         let seq = slot.error.seq.load(SeqCst);
         let seen = match seen_error {
-            Some((d, seen)) if d == db => seen,
+            Some((d, a, seen)) if d == db && a == assigned => seen,
             _ => {
-                seen_error = Some((db, seq));
+                seen_error = Some((db, assigned, seq));
                 seq
             }
         };
         let state = slot.snowflake_state.load(SeqCst);
         if seq != seen {
-            let (code, message) = {
+            let ((code, message), same) = {
                 let _g = sh.lock_db(db);
-                slot.error.get()
+                (slot.error.get(), slot.assigned.load(SeqCst) == assigned)
             };
+            if !same {
+                continue; // another database's error, maybe: look up again
+            }
             backend::end_wait();
             raise_recorded(code, message);
         }

@@ -4,8 +4,9 @@
 #    UPDATE that moves max_id back on a live tag: no ID is handed out twice
 #    (a primary key would raise 23505); the reservation moves forward and
 #    logs a WARNING;
-#  - a trigger that skips or changes the reservation's UPDATE: no ID of an
-#    unrecorded range is handed out, the call fails with 55000;
+#  - a trigger that skips or changes the reservation's UPDATE, or keeps its
+#    recorded end in leaf_alloc_encoding from moving: no ID of an unrecorded
+#    range is handed out, the call fails with 55000;
 #  - a prefetch that fails once (an admin holds the row longer than the
 #    worker's lock_timeout) is retried without waiting for callers to drain
 #    both segments.
@@ -97,6 +98,25 @@ CREATE TRIGGER trig_$what BEFORE UPDATE ON leaf_alloc FOR EACH ROW
 	my $after = try_sql($node, 'postgres', "SELECT leaf_segment_next('trig_$what')");
 	is($after->{out}, '1000', "without the trigger the tag starts at its max_id");
 }
+
+# 3b. a trigger that keeps the recorded end in leaf_alloc_encoding (which
+# keeps a tag above its ranges after a restart) from moving: refused too
+# (the refill went on, and a max_id moved back after a restart could then
+# repeat IDs)
+$node->safe_psql('postgres', q{
+INSERT INTO leaf_alloc (biz_tag, step, max_id) VALUES ('keep_end', 10, 2000);
+CREATE FUNCTION keep_end() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.reserved_end := OLD.reserved_end; RETURN NEW; END $$;
+CREATE TRIGGER keep_end BEFORE UPDATE ON leaf_alloc_encoding FOR EACH ROW
+  WHEN (OLD.biz_tag = 'keep_end') EXECUTE FUNCTION keep_end()});
+my $kept = try_sql($node, 'postgres', "SET leaf_id.refill_timeout = 5000; SELECT leaf_segment_next('keep_end')");
+is($kept->{sqlstate}, '55000', 'a trigger that keeps the recorded end: the call fails with 55000')
+  or diag $kept->{err} . $kept->{out};
+like($kept->{err}, qr/could not record the end of the reservation of tag "keep_end" in leaf_alloc_encoding/,
+	'and says why');
+is($kept->{out}, '', 'no ID of a range whose end is not recorded');
+$node->safe_psql('postgres', 'DROP TRIGGER keep_end ON leaf_alloc_encoding');
+is(try_sql($node, 'postgres', "SELECT leaf_segment_next('keep_end') >= 2000")->{out}, 't',
+	'without the trigger the tag issues');
 
 # 4. a failed prefetch is retried: an admin holds the row past the worker's
 # lock_timeout (5 s) while the prefetch runs

@@ -242,12 +242,13 @@ SELECT leaf_segment_next('plainx'), leaf_segment_next('order');
 });
 my $hidden = q{SELECT string_agg(tag || ':' || (buffer0_start IS NULL AND buffer0_next IS NULL AND buffer0_end IS NULL
   AND buffer1_start IS NULL AND buffer1_next IS NULL AND buffer1_end IS NULL AND refills IS NULL
-  AND dynamic_step IS NULL AND last_refill IS NULL)::text
+  AND dynamic_step IS NULL AND last_refill IS NULL AND current_buffer IS NULL AND next_ready IS NULL
+  AND refill_in_flight IS NULL AND waits IS NULL)::text
   || ':' || (opaque_bits IS NOT NULL)::text, ',' ORDER BY tag)
   FROM leaf_segment_status WHERE tag IN ('order', 'plainx')};
 $r = try_sql($node, 'postgres', "SET ROLE watcher; $hidden");
 is($r->{out}, 'order:true:true,plainx:false:false',
-	'pg_monitor without decode: an opaque tag\'s segments and refills are NULL, a plain tag\'s shown') or diag $r->{err};
+	'pg_monitor without decode: an opaque tag\'s segments, refills and what times its switches (current segment, next ready, refill in flight, waits) are NULL, a plain tag\'s shown') or diag $r->{err};
 $r = try_sql($node, 'postgres', "SET ROLE decoder; $hidden");
 is($r->{out}, 'order:false:true,plainx:false:false', 'pg_monitor with decode: both shown') or diag $r->{err};
 
