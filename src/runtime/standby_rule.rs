@@ -148,8 +148,6 @@ pub fn format_lsn(lsn: u64) -> String {
     format!("{:X}/{:X}", lsn >> 32, lsn & 0xFFFF_FFFF)
 }
 
-/// What the slots that hold a commit up are waiting for, for messages:
-/// `standby slot "s1" (flushed up to 0/3000060, 1234 bytes behind)`.
 /// The most bytes a waited-for slot's standby is behind the commit; None
 /// when none of them has reported a position (missing, logical, unused).
 pub fn most_bytes_behind(waiting: &[(String, Behind)]) -> Option<i64> {
@@ -162,6 +160,8 @@ pub fn most_bytes_behind(waiting: &[(String, Behind)]) -> Option<i64> {
         .max()
 }
 
+/// What the slots that hold a commit up are waiting for, for messages:
+/// `standby slot "s1" (flushed up to 0/3000060, 1234 bytes behind)`.
 pub fn describe(waiting: &[(String, Behind)]) -> String {
     let one = |(name, b): &(String, Behind)| -> String {
         let why = match b {

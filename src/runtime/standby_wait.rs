@@ -40,6 +40,16 @@ pub fn note_waits_at(db: usize, role: Role) {
     set_note("", None);
 }
 
+/// A worker's exit: its wait ends with it (shared memory only; the
+/// process's own activity row goes with it), so that the slot's next
+/// database is not shown it.
+pub fn forget_wait(db: usize, role: Role) {
+    if let Some(sh) = crate::runtime::shmem::shared() {
+        let _g = sh.lock_db(db);
+        sh.db(db).standby_wait[role as usize].set("", None, 0);
+    }
+}
+
 /// What the worker of `role` in database slot `db` waits for now ("" for
 /// nothing), for the message of a caller that timed out.
 pub fn waiting_for(db: usize, role: Role) -> String {
@@ -124,8 +134,12 @@ pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
         let slots = read_slots()?;
         match standby_rule::verdict(&rule, &slots, commit_end) {
             Verdict::Confirmed => {
-                if noted.is_some() {
+                // (also a wait an earlier job's commit left noted when it
+                // timed out: this later commit is on the standbys)
+                if NOTED.with(Cell::get) {
                     set_note("", None);
+                }
+                if noted.is_some() {
                     // a backend's wake-up that came during the wait was
                     // consumed by it: the loop looks at its requests again
                     unsafe { pg_sys::SetLatch(pg_sys::MyLatch) };

@@ -52,6 +52,9 @@ unsafe extern "C-unwind" fn detach(_code: i32, arg: pg_sys::Datum) {
             // take them
             Role::Segment => sh.free_tags_of(db.dboid.load(SeqCst)),
         }
+        // no worker, no wait: the view must not show it to the database
+        // this slot goes to next
+        crate::runtime::standby_wait::forget_wait(db_index, role);
         // last: a backend starts the next worker only once the pid is 0, and
         // that worker must not meet any of the teardown above
         let me = db.worker(role);

@@ -106,11 +106,27 @@ is($r->{ret}, 0, 'leaf_id.refill_timeout: the database owner sets it to 1 ms for
 	  or diag $r->{err};
 	like($r->{err}, qr/standby slot "lagger" .* within leaf_id\.standby_confirm_timeout \(1500 ms\)/,
 		"the worker waited leaf_id.standby_confirm_timeout of postgresql.conf (1500 ms), not the database's 1 ms");
+	# the wait that timed out stays shown (its commit is still not on the
+	# standby), until a later commit of the worker is confirmed
+	is($node->safe_psql('od', q{SELECT standby_wait LIKE 'standby slot "lagger" (%' AND standby_wait_since < now()
+	  AND standby_lag_bytes > 0 FROM leaf_id_worker_status WHERE mode = 'segment'}),
+		't', 'leaf_id_worker_status shows the unconfirmed wait for slot lagger, since when and its lag');
 }
 $node->safe_psql('postgres', q{
 ALTER SYSTEM RESET leaf_id.synchronized_standby_slots;
 ALTER SYSTEM RESET leaf_id.standby_confirm_timeout;
 SELECT pg_reload_conf()});
+# (the worker takes the reload at its next wake-up: a refill before it may
+# still wait for the slot)
+for (1 .. 10)
+{
+	$r = try_sql($node, 'od', "SET leaf_id.refill_timeout = 8000; SELECT leaf_segment_next('held') > 0");
+	last if $r->{out} eq 't';
+	sleep 1;
+}
+is($r->{out}, 't', 'the setting emptied: the tag issues') or diag $r->{err};
+is($node->safe_psql('od', "SELECT count(*) FROM leaf_id_worker_status WHERE standby_wait IS NOT NULL"),
+	'0', 'and leaf_id_worker_status shows no wait any more');
 $node->safe_psql('postgres', "SELECT pg_drop_replication_slot('lagger')");
 
 $node->stop;
