@@ -8,13 +8,19 @@ searched first, so an operator whose two sides have one type is always
 pg_catalog's; but one comparing two types (oid = integer, oid = regclass)
 has no exact match there, and an exact one planted in the schema wins over
 pg_catalog's through an implicit cast, run as the installing superuser.
+Nor does one whose two sides have one type without an operator of its own
+(regclass, regtype, varchar: they go through oid's and text's operators).
 Rather than telling types apart, every comparison the scripts run (top
 level, DO blocks, SQL-standard and SQL bodies, views) must be written
-OPERATOR(pg_catalog.=), and IS [NOT] DISTINCT FROM must cast both sides to
-one pg_catalog type. Exempt: function bodies whose header sets
-`search_path = pg_catalog, pg_temp` (resolved when they run, under that
-path), CHECK constraints (their types match pg_catalog's operators exactly),
-and the `=` of SET, USING and named options.
+OPERATOR(pg_catalog.=) (lists: OPERATOR(pg_catalog.=) ANY (ARRAY[...]::T[])),
+the constructs that compare implicitly (IN, BETWEEN, CASE x WHEN, NULLIF,
+LIKE, ILIKE, SIMILAR TO, JOIN ... USING, NATURAL JOIN) and the other bare
+operators (||, ~, @>, <@, &&) are refused, and IS [NOT] DISTINCT FROM must
+cast both sides to one pg_catalog type that has its own operators (oid,
+int4, int8, text, bool). Exempt: function bodies whose header sets
+`search_path = pg_catalog, pg_temp` and nothing more (resolved when they
+run, under that path), CHECK constraints (their types match pg_catalog's
+operators exactly), and the `=` of SET, USING and named options.
 
 Prints each bare operator with its file and line, exits 1 if there is any.
 Usage: scripts/check-sql-operators.py [FILE...]   (default: sql/*.sql)
@@ -65,11 +71,18 @@ def blank(text):
 
 
 def safe_bodies(s):
-    """Spans of function bodies that run under their own pg_catalog path."""
+    """Spans of function bodies that run under their own pg_catalog path: the
+    header of the body (from its CREATE FUNCTION, none in between) sets
+    exactly `search_path = pg_catalog, pg_temp`."""
     spans = []
-    for m in re.finditer(r"CREATE (?:OR REPLACE )?FUNCTION.*?\bAS (\$[a-z_]*\$)(.*?)\1", s, re.S):
-        header = s[m.start():m.start(2)]
-        if re.search(r"SET search_path = pg_catalog, pg_temp", header):
+    for m in re.finditer(r"(\$[a-z_]*\$)(.*?)\1", s, re.S):
+        if not re.search(r"\bAS\s*$", s[:m.start()]):
+            continue
+        start = s.rfind("CREATE ", 0, m.start())
+        header = s[start:m.start()]
+        if (re.match(r"CREATE (?:OR REPLACE )?FUNCTION", header)
+                and ";" not in header
+                and re.search(r"SET search_path = pg_catalog, pg_temp(?!\s*,)", header)):
             spans.append((m.start(2), m.end(2)))
     return spans
 
@@ -85,7 +98,8 @@ def check(path):
             return
         line_no = text.count("\n", 0, pos) + 1
         line = text.splitlines()[line_no - 1]
-        if "CHECK (" in line:
+        # (a table's CHECK constraint, read with comments blanked)
+        if re.search(r"\bCHECK \(", s.splitlines()[line_no - 1]):
             return
         found.append(f"{os.path.relpath(path, ROOT)}:{line_no}: {what}: {line.strip()[:120]}")
 
@@ -98,11 +112,20 @@ def check(path):
             continue
         report(m.start(), f"bare {m.group(1)}")
     for m in re.finditer(r"(?i)\bIS\s+(NOT\s+)?DISTINCT\s+FROM\b", s):
-        line_start = s.rfind("\n", 0, m.start()) + 1
-        line_end = s.find("\n", m.end())
-        line = s[line_start:line_end]
-        if len(re.findall(r"::pg_catalog\.\w+", line)) < 2:
-            report(m.start(), "IS DISTINCT FROM without both sides cast to a pg_catalog type")
+        before = s[max(0, m.start() - 200):m.start()]
+        after = s[m.end():m.end() + 200]
+        left = re.search(r"::pg_catalog\.(oid|int4|int8|text|bool)\s*$", before)
+        right = re.match(r"\s*\S+?::pg_catalog\.(oid|int4|int8|text|bool)\b", after)
+        if not (left and right and left.group(1) == right.group(1)):
+            report(m.start(), "IS DISTINCT FROM without both sides cast to one pg_catalog type with operators")
+    implicit = (r"(?i)\b(?:NOT\s+)?IN\s*\(|\bBETWEEN\b|\bCASE\s+(?!WHEN\b)\S|\bNULLIF\s*\(|\b(?:LIKE|ILIKE)\b"
+                r"|\bSIMILAR\s+TO\b|\bUSING\s*\(|\bNATURAL\b")
+    for m in re.finditer(implicit, s):
+        report(m.start(), f"{m.group(0).strip()} compares implicitly")
+    for m in re.finditer(r"(?<![\w(.])(\|\||~|@>|<@|&&)(?![\w)])", s):
+        if re.search(r"OPERATOR\(pg_catalog\.$", s[max(0, m.start() - 30):m.start()]):
+            continue
+        report(m.start(), f"bare {m.group(1)}")
     return found
 
 

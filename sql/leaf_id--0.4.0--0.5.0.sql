@@ -108,7 +108,7 @@ BEGIN
            WHERE att.attrelid OPERATOR(pg_catalog.=) c.oid AND att.attacl IS NOT NULL) a
       LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
      WHERE c.relname OPERATOR(pg_catalog.=) 'leaf_alloc'
-       AND a.privilege_type IN ('INSERT', 'UPDATE')
+       AND a.privilege_type OPERATOR(pg_catalog.=) ANY (ARRAY['INSERT', 'UPDATE']::pg_catalog.text[])
        AND (a.grantee OPERATOR(pg_catalog.=) 0 OR NOT r.rolsuper);
     -- (and the members of pg_write_all_data, who need no grant on the table)
     SELECT pg_catalog.array_cat(writers, pg_catalog.array_agg(r.rolname::pg_catalog.text ORDER BY r.rolname))
@@ -727,7 +727,7 @@ BEGIN
                AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e
                                                        WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id')
                AND d.deptype OPERATOR(pg_catalog.=) 'e'
-               AND (p.oid IS NOT NULL OR c.relkind IN ('r', 'p', 'v', 'm'))
+               AND (p.oid IS NOT NULL OR c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p', 'v', 'm']::pg_catalog."char"[]))
         ), initial AS (
             SELECT m.*, a.grantee, a.privilege_type
               FROM member m CROSS JOIN LATERAL pg_catalog.aclexplode(m.initial) a

@@ -147,7 +147,7 @@ WITH intended (classid, objid, grantee, privilege) AS (
        AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e
                                                WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id')
        AND d.deptype OPERATOR(pg_catalog.=) 'e'
-       AND (p.oid IS NOT NULL OR c.relkind IN ('r', 'p', 'v', 'm'))
+       AND (p.oid IS NOT NULL OR c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p', 'v', 'm']::pg_catalog."char"[]))
 ), scripts AS (
     SELECT m.classid, m.objid,
            ARRAY(SELECT a FROM pg_catalog.unnest(pg_catalog.acldefault(m.kind, m.owner)) a
@@ -249,7 +249,7 @@ BEGIN
                AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e
                                                        WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id')
                AND d.deptype OPERATOR(pg_catalog.=) 'e'
-               AND (p.oid IS NOT NULL OR c.relkind IN ('r', 'p', 'v', 'm'))
+               AND (p.oid IS NOT NULL OR c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p', 'v', 'm']::pg_catalog."char"[]))
         ), initial AS (
             SELECT m.*, a.grantee, a.privilege_type
               FROM member m CROSS JOIN LATERAL pg_catalog.aclexplode(m.initial) a

@@ -968,7 +968,7 @@ BEGIN
                AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e
                                                        WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id')
                AND d.deptype OPERATOR(pg_catalog.=) 'e'
-               AND (p.oid IS NOT NULL OR c.relkind IN ('r', 'p', 'v', 'm'))
+               AND (p.oid IS NOT NULL OR c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p', 'v', 'm']::pg_catalog."char"[]))
         ), initial AS (
             SELECT m.*, a.grantee, a.privilege_type
               FROM member m CROSS JOIN LATERAL pg_catalog.aclexplode(m.initial) a

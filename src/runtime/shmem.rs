@@ -157,6 +157,9 @@ pub struct StandbyWaitNote {
     pub text: ErrorCell,
     /// Unix microseconds when the wait began (0 = none).
     pub since_us: AtomicI64,
+    /// What is waited for, without positions (the slots' names, or the
+    /// synchronous standbys): another wait starts another since.
+    pub what_key: AtomicU64,
     /// The most bytes a waited-for slot is behind the commit; -1 = unknown
     /// (no position reported, no such slot, synchronous standbys).
     pub lag_bytes: AtomicI64,
@@ -170,13 +173,15 @@ pub struct StandbyWait {
 }
 
 impl StandbyWaitNote {
-    /// The database's lock held. An empty `what` ends the wait.
-    pub fn set(&self, what: &str, lag_bytes: Option<i64>, now_us: i64) {
+    /// The database's lock held. An empty `what` ends the wait; `key` names
+    /// what is waited for without positions (the same key, the same wait).
+    pub fn set(&self, what: &str, key: u64, lag_bytes: Option<i64>, now_us: i64) {
         if what.is_empty() {
             self.since_us.store(0, SeqCst);
-        } else if self.since_us.load(SeqCst) == 0 {
+        } else if self.since_us.load(SeqCst) == 0 || self.what_key.load(SeqCst) != key {
             self.since_us.store(now_us, SeqCst);
         }
+        self.what_key.store(key, SeqCst);
         self.lag_bytes.store(lag_bytes.unwrap_or(-1), SeqCst);
         self.text.set(0, what);
     }
@@ -374,6 +379,9 @@ fn n_marks(n_tags: usize) -> usize {
     }
 }
 
+/// Buckets of the segment reserves' reset counts (`Header::reserve_resets`).
+const RESET_BUCKETS: usize = 64;
+
 #[repr(C)]
 struct Header {
     n_dbs: u32,
@@ -387,11 +395,12 @@ struct Header {
     mark_key: (u64, u64),
     /// Raised by `leaf_id_reset_cache()` before (0) and after (1) it removes
     /// a database's segment reserve file: a worker that read its file before,
-    /// or while one runs, must not use or write it back. Counts for the
-    /// server, not per database slot: a slot may go to another database
-    /// while a reset runs, or a database have none; two at once are told
-    /// apart (started differs from finished while any runs).
-    reserve_resets: [AtomicU64; 2],
+    /// or while one runs, must not use or write it back. Kept by database
+    /// OID (modulo `RESET_BUCKETS`), not in a database slot: a slot may go to
+    /// another database while a reset runs, or a database have none; two at
+    /// once are told apart (started differs from finished while any runs),
+    /// and databases that share a bucket only reload their files.
+    reserve_resets: [[AtomicU64; 2]; RESET_BUCKETS],
     /// Per snowflake worker id: the database of this server that last held
     /// a lease with it in this lifetime, and the lease's end. Another
     /// database's registry knows nothing of that lease (a copy of the
@@ -679,8 +688,8 @@ impl Shared {
     /// How many resets of a segment reserve of this server started and how
     /// many finished in this lifetime (any database's: a worker then reads
     /// its file again).
-    pub fn reserve_resets(&self) -> &[AtomicU64; 2] {
-        unsafe { &(*self.header).reserve_resets }
+    pub fn reserve_resets(&self, dboid: u32) -> &[AtomicU64; 2] {
+        unsafe { &(*self.header).reserve_resets[dboid as usize % RESET_BUCKETS] }
     }
 
     /// This server lifetime's owner token (see `Header::owner_token`).
@@ -748,8 +757,10 @@ impl Shared {
         db.worker_id.store(-1, SeqCst);
         db.snowflake_lease_wanted.store(false, SeqCst);
         db.generator.clear();
-        db.assigned.fetch_add(1, SeqCst);
+        // the owner first, then the count: a backend that read the count
+        // before it (and the old owner after) sees the count move
         db.dboid.store(dboid, SeqCst);
+        db.assigned.fetch_add(1, SeqCst);
         Some(i)
     }
 
@@ -902,8 +913,8 @@ impl Shared {
             self.free_tags_of(dboid);
             let _g = self.lock_global();
             if db.dboid.load(SeqCst) == dboid && !db.any_worker() {
-                db.assigned.fetch_add(1, SeqCst);
                 db.dboid.store(0, SeqCst);
+                db.assigned.fetch_add(1, SeqCst);
                 reclaimed = true;
             }
         }

@@ -5,7 +5,7 @@
 //! job that wrote, and refuses the job's result when it fails).
 
 use crate::runtime::job::{JobError, spi_err};
-use crate::runtime::shmem::{Role, StandbyWait};
+use crate::runtime::shmem::Role;
 use crate::runtime::standby_rule::{self, SlotRule, SlotState, Verdict};
 use crate::runtime::worker_sql;
 use pgrx::pg_sys;
@@ -46,23 +46,41 @@ pub fn note_waits_at(db: usize, role: Role) {
 pub fn forget_wait(db: usize, role: Role) {
     if let Some(sh) = crate::runtime::shmem::shared() {
         let _g = sh.lock_db(db);
-        sh.db(db).standby_wait[role as usize].set("", None, 0);
+        sh.db(db).standby_wait[role as usize].set("", 0, None, 0);
     }
 }
 
-/// What the worker of `role` in database slot `db` waits for now ("" for
-/// nothing), for the message of a caller that timed out.
-pub fn waiting_for(db: usize, role: Role) -> String {
-    wait_of(db, role).map(|w| w.what).unwrap_or_default()
-}
-
-fn wait_of(db: usize, role: Role) -> Option<StandbyWait> {
-    let sh = crate::runtime::shmem::shared()?;
+/// What the worker of `role` of database `dboid`, in slot `db`, waits for
+/// now ("" for nothing, or when the slot is another database's by now), for
+/// the message of a caller that timed out.
+pub fn waiting_for(db: usize, dboid: u32, role: Role) -> String {
+    let Some(sh) = crate::runtime::shmem::shared() else {
+        return String::new();
+    };
     let _g = sh.lock_db(db);
-    sh.db(db).standby_wait[role as usize].get()
+    let slot = sh.db(db);
+    (slot.dboid.load(std::sync::atomic::Ordering::SeqCst) == dboid)
+        .then(|| slot.standby_wait[role as usize].get())
+        .flatten()
+        .map(|w| w.what)
+        .unwrap_or_default()
 }
 
 fn set_note(what: &str, lag_bytes: Option<i64>) {
+    set_note_keyed(what, 0, lag_bytes)
+}
+
+/// What is waited for, without the positions: the slots' names.
+fn wait_key(waiting: &[(String, standby_rule::Behind)]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    for (name, _) in waiting {
+        name.hash(&mut h);
+    }
+    h.finish() | 2 // (0 and 1 are the nothing and the synchronous standbys)
+}
+
+fn set_note_keyed(what: &str, key: u64, lag_bytes: Option<i64>) {
     let Some((db, role)) = NOTE_AT.with(|c| c.get()) else {
         return;
     };
@@ -72,7 +90,12 @@ fn set_note(what: &str, lag_bytes: Option<i64>) {
         return;
     };
     let _g = sh.lock_db(db);
-    sh.db(db).standby_wait[role as usize].set(what, lag_bytes, crate::runtime::clock::unix_us());
+    sh.db(db).standby_wait[role as usize].set(
+        what,
+        key,
+        lag_bytes,
+        crate::runtime::clock::unix_us(),
+    );
 }
 
 /// The worker's row in pg_stat_activity (its `query`, which only
@@ -100,14 +123,15 @@ fn report_activity(what: &str) {
 /// commit waits inside PostgreSQL for them (synchronous_commit = on), and a
 /// caller that times out meanwhile says so.
 pub(crate) fn note_synchronous_commit(waiting: bool) {
-    set_note(
-        if waiting {
-            "the synchronous standbys of synchronous_standby_names (it commits with synchronous_commit = on)"
-        } else {
-            ""
-        },
-        None,
-    );
+    if waiting {
+        set_note_keyed(
+            "the synchronous standbys of synchronous_standby_names (it commits with synchronous_commit = on)",
+            1,
+            None,
+        );
+    } else {
+        set_note("", None);
+    }
 }
 
 /// Return once every standby the rule names has flushed past `commit_end`
@@ -159,7 +183,7 @@ pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
                 // the lag the views show moves while the wait goes on
                 if noted.is_none_or(|at: Instant| at.elapsed() >= NOTE_EVERY) {
                     noted = Some(Instant::now());
-                    set_note(&what, lag);
+                    set_note_keyed(&what, wait_key(&waiting), lag);
                 }
                 if !logged && start.elapsed() >= LOG_AFTER {
                     logged = true;

@@ -89,7 +89,7 @@ pub(crate) fn reserve(
                 settings::pause_point(
                     "slow_tag_lookup",
                     "after the row was not found",
-                    std::time::Duration::from_millis(1500),
+                    std::time::Duration::from_millis(3000),
                 );
                 return Err(unknown_tag(tag));
             }
@@ -340,7 +340,11 @@ pub(crate) fn reserve(
                 .map_err(spi_err)?
                 .map(|r| r.get::<i64>(1).ok().flatten())
                 .collect();
-            if !matches!(ends.as_slice(), [Some(e)] if *e >= end) {
+            // (read again, as max_id above: an AFTER trigger may have
+            // changed the row after the update returned it)
+            let stored = encoding_history(client, schema, tag)?.map(|(_, e)| e);
+            if !matches!(ends.as_slice(), [Some(e)] if *e >= end) || stored.is_none_or(|e| e < end)
+            {
                 return Err(end_not_recorded(tag, end, &ends));
             }
         }

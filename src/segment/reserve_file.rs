@@ -20,10 +20,10 @@ fn reserve_io_error(e: std::io::Error) -> JobError {
 /// reserve file (one segment worker per database and process).
 static RESETS_AT_LOAD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Resets started, and whether one runs now.
-fn resets() -> (u64, bool) {
+/// Resets of the database's reserve started, and whether one runs now.
+fn resets(dboid: u32) -> (u64, bool) {
     shared().map_or((0, false), |sh| {
-        let [started, finished] = sh.reserve_resets();
+        let [started, finished] = sh.reserve_resets(dboid);
         let f = finished.load(SeqCst);
         let s = started.load(SeqCst);
         (s, s != f)
@@ -39,22 +39,22 @@ fn reserve_record(dboid: u32) -> Option<crate::runtime::owner_file::BootRecord> 
 /// write the record names, and no reset during or after the read.
 pub(crate) fn load_reserve(dboid: u32) -> Reserve {
     let token = shared().expect("shared memory").owner_token();
-    let (before, running) = resets();
+    let (before, running) = resets(dboid);
     RESETS_AT_LOAD.store(before, SeqCst);
     if running {
         return Reserve::new(token); // a reset may be removing the file
     }
     let recorded = reserve_record(dboid).and_then(|r| r.read());
     let kept = local_reserve::load(&data_dir(), dboid, token, recorded);
-    if resets().0 != before {
+    if resets(dboid).0 != before {
         return Reserve::new(token);
     }
     kept
 }
 
 /// Whether `leaf_id_reset_cache()` ran since the file was read.
-pub(crate) fn reset_since_load(_dboid: u32) -> bool {
-    resets().0 != RESETS_AT_LOAD.load(SeqCst)
+pub(crate) fn reset_since_load(dboid: u32) -> bool {
+    resets(dboid).0 != RESETS_AT_LOAD.load(SeqCst)
 }
 
 /// Write the reserve with a fresh nonce, the record first (a crash between
@@ -84,11 +84,10 @@ pub(crate) fn save_reserve(dboid: u32, reserve: &Reserve) -> Result<(), JobError
 
 /// Remove the database's segment reserve file and its record (without the
 /// record no older write of the file is used). The reset is counted before
-/// and after (`Shared::reserve_resets`, one count for the server), so that
-/// a worker that read the file before or meanwhile never uses it or writes
-/// it back.
+/// and after (`Shared::reserve_resets`), so that a worker that read the
+/// file before or meanwhile never uses it or writes it back.
 pub fn remove_for_reset(sh: &crate::runtime::shmem::Shared, dboid: u32) {
-    let [started, finished] = sh.reserve_resets();
+    let [started, finished] = sh.reserve_resets(dboid);
     started.fetch_add(1, SeqCst);
     let dir = crate::runtime::shmem::data_dir();
     let file = dir.join(local_reserve::file_name(dboid));

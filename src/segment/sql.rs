@@ -383,7 +383,7 @@ fn take_ids(
                 backend::ensure_worker(sh, db, Role::Segment);
                 if deadline.passed() {
                     backend::end_wait();
-                    let standby = standby_wait::waiting_for(db, Role::Segment);
+                    let standby = standby_wait::waiting_for(db, backend::my_dboid(), Role::Segment);
                     raise(
                         PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
                         if standby.is_empty() {

@@ -88,12 +88,22 @@ pub(crate) fn persist(
                 ],
             )
             .map_err(spi_err)
-            .map(|t| {
-                if t.len() != 1 {
-                    None
-                } else {
-                    Some(t.first().get::<i64>(1).ok().flatten())
+            .and_then(|t| {
+                if t.len() == 1 {
+                    return Ok(Some(t.first().get::<i64>(1).ok().flatten()));
                 }
+                // no row updated: gone (None), or there and the update
+                // skipped by a trigger (Some(None), refused below)
+                let there = client
+                    .select(
+                        &sql::worker_mark(schema),
+                        None,
+                        &[(worker_id as i32).into()],
+                    )
+                    .map_err(spi_err)?
+                    .len()
+                    > 0;
+                Ok(there.then_some(None))
             })
     })?;
     match updated {

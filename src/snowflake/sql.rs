@@ -173,7 +173,7 @@ fn next_ids(want: i64, batch: bool) -> (i64, i64) {
         backend::ensure_worker(sh, db, Role::Snowflake);
         if deadline.passed() {
             backend::end_wait();
-            let standby = standby_wait::waiting_for(db, Role::Snowflake);
+            let standby = standby_wait::waiting_for(db, backend::my_dboid(), Role::Snowflake);
             let what = "timed out waiting for the leaf_id worker to claim a worker id or renew the snowflake high-water mark";
             raise(
                 PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,

@@ -8,8 +8,10 @@
 # superuser who installs or updates.
 #
 # mallory (not a superuser) owns a template database whose public holds the
-# comparison operators =, <>, <, >, <=, >= for every ordered pair of
-# different types among the catalog's usual ones, each calling a function
+# operators =, <>, <, >, <=, >=, ~~ (LIKE), ~~* (ILIKE) and || for every
+# ordered pair of the catalog's usual types, the same type twice included
+# (regclass, regtype or varchar have no operators of their own, and a
+# comparison of two of them would pick hers), each calling a function
 # that, run as a superuser, counts the run and makes her a superuser. Each
 # database made from it (owned by her) then gets a fresh install of
 # leaf_id, or an install of an older version and ALTER EXTENSION UPDATE;
@@ -33,7 +35,7 @@ CREATE DATABASE hostile_tpl OWNER mallory;
 
 my @types = ('oid', 'int2', 'int4', 'int8', 'regclass', 'regproc', 'regprocedure', 'regoper', 'regrole',
 	'regnamespace', 'regtype', 'text', 'name', '"char"', 'bool', 'xid', 'xid8', 'varchar', 'numeric');
-my @ops = ('=', '<>', '<', '>', '<=', '>=');
+my @ops = ('=', '<>', '<', '>', '<=', '>=', '~~', '~~*', '||');
 my $plant = q{
 SET ROLE mallory;
 CREATE SCHEMA mallory;
@@ -58,7 +60,6 @@ for my $l (@types)
 {
 	for my $r (@types)
 	{
-		next if $l eq $r;
 		$n++;
 		$plant .= "CREATE FUNCTION public.cmp$n($l, $r) RETURNS boolean LANGUAGE sql AS 'SELECT mallory.pwn()';\n";
 		$plant .= "CREATE OPERATOR public.$_ (LEFTARG = $l, RIGHTARG = $r, FUNCTION = public.cmp$n);\n" for @ops;
@@ -67,14 +68,15 @@ for my $l (@types)
 $node->safe_psql('hostile_tpl', $plant);
 is($node->safe_psql('hostile_tpl',
 		"SELECT count(*) FROM pg_operator o JOIN pg_namespace s ON s.oid = o.oprnamespace WHERE s.nspname = 'public'"),
-	$n * scalar(@ops), "premise: mallory planted $n type pairs x 6 comparison operators in public");
+	$n * scalar(@ops), "premise: mallory planted $n type pairs x " . scalar(@ops) . " operators in public");
 
 sub runs
 {
 	my ($db) = @_;
+	# (her operators are on this query's path too: no bare || here)
 	return $node->safe_psql($db,
-		q{SELECT (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM mallory.superuser_runs)
-		  || ',' || (SELECT CASE WHEN rolsuper THEN 't' ELSE 'f' END FROM pg_roles WHERE rolname = 'mallory')});
+		q{SELECT pg_catalog.concat((SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM mallory.superuser_runs),
+		  ',', (SELECT CASE WHEN rolsuper THEN 't' ELSE 'f' END FROM pg_roles WHERE rolname = 'mallory'))});
 }
 
 # premise: a superuser's cross-type comparison under search_path public
@@ -84,6 +86,8 @@ $node->safe_psql('premise', q{SELECT 'pg_class'::regclass OPERATOR(pg_catalog.=)
 is(runs('premise'), '0,f', 'premise: OPERATOR(pg_catalog.=) runs none of her operators');
 $node->safe_psql('premise', q{SELECT 1259::oid = 'pg_class'::regclass});
 is(runs('premise'), '1,t', 'premise: a bare oid = regclass as a superuser runs hers and makes her a superuser');
+$node->safe_psql('premise', q{SELECT 'pg_class'::regclass = 'pg_class'::regclass});
+is(runs('premise'), '2,t', 'premise: so does a bare regclass = regclass (pg_catalog has no operator of its own for it)');
 $node->safe_psql('postgres', 'ALTER ROLE mallory NOSUPERUSER');
 
 my @versions = split /,/, $node->safe_psql('postgres',

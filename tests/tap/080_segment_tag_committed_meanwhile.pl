@@ -2,7 +2,7 @@
 # made after the INSERT committed must get IDs, not 42704 ("does not exist")
 # or a 55000 that blames a trigger. leaf_id.test_fault_point =
 # slow_tag_lookup makes a refill that finds no row pause 1.5 s before it
-# looks again and 1.5 s before it answers 42704, so the commit can be put in
+# looks again and 3 s before it answers 42704, so the commit can be put in
 # either window:
 #  A. the INSERT commits after the refill's update found no row and before
 #     its second look: the refill finds the row and must reserve (it failed
@@ -54,10 +54,22 @@ unlike(slurp_file($node->logfile, $offset), qr/could not record the reservation 
 $offset = -s $node->logfile;
 $writer->query_safe("BEGIN; INSERT INTO leaf_alloc (biz_tag, step, max_id) VALUES ('b_tag', 10, 700)");
 my $early = call_in_background('b_early', 'b_tag');
-ok($node->wait_for_log(qr/slow_tag_lookup: pausing 1500 ms after the row was not found/, $offset),
+ok($node->wait_for_log(qr/slow_tag_lookup: pausing 3000 ms after the row was not found/, $offset),
 	'B: the refill found no row twice and pauses before it answers');
+my $t_pause = time;
 $writer->query_safe('COMMIT');
 my $late = call_in_background('b_late', 'b_tag');
+# the late call waits on the slot before the worker answers (3 s after the
+# pause began): it joined the first refill, whose answer was read before
+my $joined = '';
+while ($joined eq '' && time - $t_pause < 10)
+{
+	$joined = $node->safe_psql('postgres',
+		"SELECT 1 FROM pg_stat_activity WHERE application_name = 'b_late' AND state = 'active' AND query LIKE '%b_tag%'");
+}
+my $joined_after = time - $t_pause;
+note sprintf('B: the late call was waiting %.2f s after the pause began', $joined_after);
+ok($joined ne '' && $joined_after < 2.5, 'B: the late call waits on the slot while the worker still holds its answer');
 SegmentTap::finish_clients(30, $early, $late);
 is($late->{rc}, 0, 'B: the call made after the commit gets an ID') or diag $late->{stderr};
 like(slurp_file($late->{out}), qr/^7\d\d$/m, 'B: one of the tag\'s IDs');
