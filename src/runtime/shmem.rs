@@ -735,8 +735,13 @@ impl Shared {
     }
 
     /// The database's slot, allocated if needed. None when all are taken.
+    /// The database's slot if it has one (taking none).
+    pub fn find_db_slot(&self, dboid: u32) -> Option<usize> {
+        (0..self.n_dbs).find(|&i| self.db(i).dboid.load(SeqCst) == dboid)
+    }
+
     pub fn db_slot(&self, dboid: u32) -> Option<usize> {
-        let find = || (0..self.n_dbs).find(|&i| self.db(i).dboid.load(SeqCst) == dboid);
+        let find = || self.find_db_slot(dboid);
         if let Some(i) = find() {
             return Some(i);
         }

@@ -340,12 +340,12 @@ pub fn alloc_encoding_of(s: &Schema) -> String {
     )
 }
 
-/// Raise the recorded end of tag $1 to $2; returns the end the row has then
-/// (the refill checks it: a trigger or rule must not skip or lower it).
+/// Raise the recorded end of tag $1 to $2 (the refill reads it back: a
+/// trigger or rule must not skip or lower it).
 pub fn record_alloc_end(s: &Schema) -> String {
     format!(
         "UPDATE {} SET reserved_end = pg_catalog.int8larger(reserved_end, $2) \
-         WHERE biz_tag OPERATOR(pg_catalog.=) $1 RETURNING reserved_end",
+         WHERE biz_tag OPERATOR(pg_catalog.=) $1",
         s.table(Table::AllocEncoding)
     )
 }

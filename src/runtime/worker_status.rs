@@ -29,8 +29,8 @@ fn leaf_id_worker_status() -> TableIterator<
         .into_iter()
         .map(|(role, mode)| {
             // no database slot: neither worker ever ran (or its slot went to
-            // another database after both had left it)
-            let found = sh.db_slot(dboid).and_then(|db| {
+            // another database after both had left it); a look takes none
+            let found = sh.find_db_slot(dboid).and_then(|db| {
                 let _g = sh.lock_db(db);
                 let slot = sh.db(db);
                 // the slot may have gone to another database meanwhile

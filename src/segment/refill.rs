@@ -329,23 +329,20 @@ pub(crate) fn reserve(
         }
         if history {
             // the recorded end keeps the tag above this range after a restart
-            // (a max_id moved back, a row re-created): exactly this row must
-            // now say at least `end`
-            let ends: Vec<Option<i64>> = client
+            // (a max_id moved back, a row re-created): the row must now say
+            // at least `end`, read back after the update (a trigger or rule
+            // may have skipped or lowered it, also after the update's own
+            // RETURNING would have shown it)
+            client
                 .update(
                     &sql::record_alloc_end(schema),
                     None,
                     &[tag.into(), end.into()],
                 )
-                .map_err(spi_err)?
-                .map(|r| r.get::<i64>(1).ok().flatten())
-                .collect();
-            // (read again, as max_id above: an AFTER trigger may have
-            // changed the row after the update returned it)
+                .map_err(spi_err)?;
             let stored = encoding_history(client, schema, tag)?.map(|(_, e)| e);
-            if !matches!(ends.as_slice(), [Some(e)] if *e >= end) || stored.is_none_or(|e| e < end)
-            {
-                return Err(end_not_recorded(tag, end, &ends));
+            if stored.is_none_or(|e| e < end) {
+                return Err(end_not_recorded(tag, end, stored));
             }
         }
         Ok(Reserved {
@@ -504,11 +501,11 @@ pub(crate) fn take_from_reserve(
     })
 }
 
-fn end_not_recorded(tag: &str, end: i64, returned: &[Option<i64>]) -> JobError {
+fn end_not_recorded(tag: &str, end: i64, stored: Option<i64>) -> JobError {
     JobError::new(
         PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
         format!(
-            "leaf_id could not record the end of the reservation of tag \"{tag}\" in leaf_alloc_encoding (it should be at least {end}; the update returned {returned:?}): a trigger or rule on leaf_alloc_encoding changed or skipped it, and no ID is handed out that the table has not recorded"
+            "leaf_id could not record the end of the reservation of tag \"{tag}\" in leaf_alloc_encoding (it should be at least {end}; the row has {stored:?}): a trigger or rule on leaf_alloc_encoding changed or skipped it, and no ID is handed out that the table has not recorded"
         ),
     )
 }

@@ -103,7 +103,7 @@ pub fn claim(schema: &Schema, db: usize, avoid: Option<i64>) -> Result<Claimed, 
     // the time of a takeover from another token (the new floor)
     let mut wrote_registry = false;
     let mut taken_at = 0;
-    // a taken row's floor from the clock (`released_floor`), used on Citus
+    // a taken row's floor from the clock (`taken_row_floor`), used on Citus
     let mut released_at = 0;
     let mut waits_for_release = false;
     let (worker_id, persisted) = Spi::connect_mut(|client| {
@@ -190,7 +190,7 @@ pub fn claim(schema: &Schema, db: usize, avoid: Option<i64>) -> Result<Claimed, 
                         continue; // another node took it first: plan again
                     }
                     wrote_registry = true;
-                    released_at = released_floor(ahead);
+                    released_at = taken_row_floor(ahead);
                     t.id()
                 }
                 ClaimPlan::Move { release, take: t } => {
@@ -236,7 +236,7 @@ pub fn claim(schema: &Schema, db: usize, avoid: Option<i64>) -> Result<Claimed, 
                             ),
                         ));
                     }
-                    released_at = released_floor(ahead);
+                    released_at = taken_row_floor(ahead);
                     t.id()
                 }
                 ClaimPlan::OwnedByOther { worker_id, owner } => {
@@ -454,7 +454,7 @@ fn require_pin_reached(
 /// `replicate_reference_tables` after `citus_activate_node` copies one copy
 /// over the others, marks included: `tests/citus/216`). Assumes the same
 /// `leaf_id.lease_ahead` and synchronized clocks on every node.
-fn released_floor(ahead: i64) -> i64 {
+fn taken_row_floor(ahead: i64) -> i64 {
     clock_ms().saturating_add(ahead)
 }
 

@@ -111,7 +111,7 @@ pub(crate) fn persist(
         // the row is gone (deleted, or the table truncated): the id is no
         // longer held here, so claim again (55006, as for a row another
         // server took); the lease issued so far stays this node's, and on
-        // Citus another node's new row starts above it (`released_floor`)
+        // Citus another node's new row starts above it (`taken_row_floor`)
         None => Err(crate::citus::copies::worker_row_gone(worker_id, node)),
         _ => Err(JobError::new(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
