@@ -90,6 +90,7 @@ PORT_DIR=$ROOT/target/tap-portlock
 if [ "$(id -u)" -eq 0 ]; then install -d -o postgres -g postgres "$PORT_DIR"; else mkdir -p "$PORT_DIR"; fi
 
 cd "$WORK"
+rc=0
 "${run_as_postgres[@]}" env \
   PATH="$PGBIN:$PATH" \
   ${PG_LD_LIBRARY_PATH:+LD_LIBRARY_PATH="$PG_LD_LIBRARY_PATH"} \
@@ -103,4 +104,21 @@ cd "$WORK"
   with_ssl=no with_gssapi=no with_icu=no enable_injection_points=no \
   LEAF_ID_TAP_ROOT="$ROOT" \
   ${LEAF_ID_UPGRADE_FROM+LEAF_ID_UPGRADE_FROM="$LEAF_ID_UPGRADE_FROM"} \
-  prove -I "$PERL_LIB" "${includes[@]}" ${PROVE_FLAGS:-} "${tests[@]}"
+  prove -I "$PERL_LIB" "${includes[@]}" ${PROVE_FLAGS:-} "${tests[@]}" || rc=$?
+# A failure's digest: each failing test's failed assertions and the end of
+# its log, between markers that scripts/test.sh shows again in its last
+# lines (CI keeps only the end of the output)
+if [ "$rc" -ne 0 ]; then
+  echo "== failure digest (PostgreSQL $PG_MAJOR, $WORK)"
+  for log in "$WORK"/tmp_check/log/regress_log_*; do
+    [ -f "$log" ] || continue
+    # lines may begin with a time stamp, [12:00:00.000](0.001s)
+    grep -q -E '^(\[[^]]*\]\([^)]*\) )?(not ok|Bail out!|# Looks like (you failed|your test (exited|died)))' "$log" || continue
+    echo "-- ${log##*/regress_log_}:"
+    grep -E '^(\[[^]]*\]\([^)]*\) )?(not ok|Bail out!|#   |# Looks like)' "$log" | head -40
+    echo "   (last lines of its log)"
+    tail -n 15 "$log" | cut -c1-300 | sed 's/^/   /'
+  done
+  echo "== end of failure digest"
+fi
+exit "$rc"

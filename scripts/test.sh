@@ -211,6 +211,12 @@ for i in "${!jobs_names[@]}"; do
 done
 while [ ${#pid_of[@]} -gt 0 ]; do finish_one; done
 if [ ${#failed[@]} -gt 0 ]; then
+  # the failing jobs' digests again, last (CI keeps only the end)
+  for name in "${failed[@]}"; do
+    echo "== $name's failure digest:"
+    sed -n '/^== failure digest/,/^== end of failure digest/p' "$LOGS/$name.log" | head -n 150
+    tail -n 12 "$LOGS/$name.log" | grep -v -E '^== (failure digest|end of failure digest)' || true
+  done
   echo "== FAILED: ${failed[*]}"
   exit 1
 fi
