@@ -88,14 +88,19 @@ fn keep_raw_code_of_next_error(sqlstate: i32) {
 /// IDs need writes by the worker: refuse on a standby and, as nextval() does,
 /// in a read-only transaction.
 pub fn require_writable(function: &str) {
+    // A server that has left recovery never enters it again without a
+    // restart (which ends this backend): once seen out of it, the call
+    // (a guarded FFI call, a sigsetjmp on every ID) is skipped.
+    static mut LEFT_RECOVERY: bool = false;
     unsafe {
-        if pg_sys::RecoveryInProgress() {
+        if !LEFT_RECOVERY && pg_sys::RecoveryInProgress() {
             raise(
                 PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION,
                 format!("cannot execute {function} during recovery"),
                 Some("leaf_id issues IDs only on the primary."),
             );
         }
+        LEFT_RECOVERY = true;
         if pg_sys::XactReadOnly {
             raise(
                 PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION,

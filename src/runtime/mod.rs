@@ -8,7 +8,8 @@
 //! reading a table as its owner (`as_owner`), which standbys must have a
 //! worker's commit before it is used (`standby_rule`, plain Rust) and the
 //! wait for them (`standby_wait`), and what differs between PostgreSQL
-//! majors (`pg_version`); `worker_status` shows the workers to SQL.
+//! majors (`pg_version`); `worker_status` shows the workers to SQL, and
+//! `text_arg` reads the hot functions' `text` argument in place.
 
 pub mod as_owner;
 pub mod backend;
@@ -21,6 +22,7 @@ pub mod pg_version;
 pub mod shmem;
 pub mod standby_rule;
 pub mod standby_wait;
+pub mod text_arg;
 pub mod transaction;
 pub mod worker_loop;
 pub mod worker_sql;

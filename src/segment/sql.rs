@@ -7,11 +7,12 @@ use crate::runtime::backend::{self, Deadline};
 use crate::runtime::clock::tstz_from_unix_us;
 use crate::runtime::shmem::{NoTagSlot, Role, Shared, TAG_MAX_CHARS, TagStatus};
 use crate::runtime::standby_wait;
+use crate::runtime::text_arg::TextArg;
 use crate::segment::buffer::{SlowPath, TakeMany};
 use crate::segment::opaque::{Domain, RangeEncoder};
 use crate::segment::opaque_runs::SessionRuns;
 use pgrx::prelude::*;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::SeqCst;
 
@@ -23,6 +24,9 @@ thread_local! {
     /// Opaque IDs this session encoded and has not handed out yet
     /// (`segment::opaque_runs`).
     static OPAQUE_RUNS: RefCell<SessionRuns> = RefCell::new(SessionRuns::default());
+    /// Has this session ever kept a run? Until it has, a call skips the
+    /// runs (a plain tag's call pays nothing for opaque IDs).
+    static RUNS_KEPT: Cell<bool> = const { Cell::new(false) };
 }
 
 fn validate_tag(tag: Option<&str>) -> &str {
@@ -61,7 +65,7 @@ fn cached_slot(sh: &Shared, dboid: u32, tag: &str) -> (usize, u64) {
     if let Some(hit) = LAST_TAG.with(|l| {
         l.borrow()
             .as_ref()
-            .filter(|(t, _)| t == tag)
+            .filter(|(t, _)| same_bytes(t.as_bytes(), tag.as_bytes()))
             .map(|(_, hit)| *hit)
     }) {
         return hit;
@@ -69,6 +73,20 @@ fn cached_slot(sh: &Shared, dboid: u32, tag: &str) -> (usize, u64) {
     let hit = cached_slot_by_map(sh, dboid, tag);
     LAST_TAG.with(|l| *l.borrow_mut() = Some((tag.to_string(), hit)));
     hit
+}
+
+/// `a == b` without a call into libc's `memcmp` for the short tags that
+/// are the rule (8 bytes at a time).
+#[inline]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (a8.remainder(), b8.remainder());
+    a8.zip(b8).all(|(x, y)| {
+        u64::from_ne_bytes(x.try_into().unwrap()) == u64::from_ne_bytes(y.try_into().unwrap())
+    }) && ra.iter().zip(rb).all(|(x, y)| x == y)
 }
 
 fn cached_slot_by_map(sh: &Shared, dboid: u32, tag: &str) -> (usize, u64) {
@@ -192,12 +210,14 @@ pub fn next_id(tag: &str) -> i64 {
     let (sh, _) = backend::shared_db();
     let dboid = backend::my_dboid();
     let (i, epoch) = cached_slot(sh, dboid, tag);
-    let kept = OPAQUE_RUNS.with(|r| {
-        r.borrow_mut()
-            .pop(i, epoch, || sh.tag(i).epoch.load(SeqCst) == epoch)
-    });
-    if let Some(id) = kept {
-        return id;
+    if RUNS_KEPT.get() {
+        let kept = OPAQUE_RUNS.with(|r| {
+            r.borrow_mut()
+                .pop(i, epoch, || sh.tag(i).epoch.load(SeqCst) == epoch)
+        });
+        if let Some(id) = kept {
+            return id;
+        }
     }
     let looked_up = Some((i, epoch));
     let take = take_ids(sh, dboid, tag, looked_up, |slot, epoch, opaque| {
@@ -217,6 +237,7 @@ pub fn next_id(tag: &str) -> i64 {
                 .encode_consecutive(take.first, taken)
                 .unwrap_or_else(|e| outside_domain(e.value, e.bits));
             OPAQUE_RUNS.with(|r| r.borrow_mut().keep(take.slot, take.epoch, &ids[1..taken]));
+            RUNS_KEPT.set(true);
             ids[0]
         }
     }
@@ -405,8 +426,8 @@ fn take_ids(
 }
 
 #[pg_extern(volatile, parallel_unsafe)]
-fn leaf_segment_next(tag: Option<&str>) -> i64 {
-    let tag = validate_tag(tag);
+fn leaf_segment_next(tag: Option<TextArg>) -> i64 {
+    let tag = validate_tag(tag.map(|t| t.0));
     require_writable("leaf_segment_next()");
     next_id(tag)
 }
@@ -545,6 +566,46 @@ fn leaf_id_reset_cache() {
                 SeqCst,
             );
             sh.wake_worker(db, crate::runtime::shmem::Role::Snowflake);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_bytes;
+
+    #[test]
+    fn same_bytes_is_equality() {
+        let words = [
+            "",
+            "a",
+            "t",
+            "order",
+            "orders",
+            "1234567",
+            "12345678",
+            "123456789",
+            "0123456789abcdef",
+            "0123456789abcdeg",
+            "0123456789abcdef0",
+            "été",
+            "ete",
+        ];
+        for a in words {
+            for b in words {
+                assert_eq!(
+                    same_bytes(a.as_bytes(), b.as_bytes()),
+                    a == b,
+                    "{a:?} {b:?}"
+                );
+            }
+        }
+        // one byte differs, at every position of a 20-byte tag
+        let base = [b'x'; 20];
+        for i in 0..20 {
+            let mut other = base;
+            other[i] = b'y';
+            assert!(!same_bytes(&base, &other), "position {i}");
         }
     }
 }
