@@ -81,17 +81,7 @@ export BENCH_WORK=$WORK
 mkdir -p "$ROOT/target"; ensure_postgres_can_reach "$ROOT/target"
 cluster_stop "$DATA" immediate   # left over from an interrupted run
 cluster_init "$DATA" "$BENCH_PORT"
-cat >> "$DATA/postgresql.conf" <<'CONF'
-# benchmark settings (read back into docs/BENCHMARKS.md)
-max_connections = 50
-shared_buffers = 512MB
-work_mem = 512MB
-max_wal_size = 8GB
-checkpoint_timeout = 30min
-autovacuum = off
-jit = off
-max_parallel_workers_per_gather = 0
-CONF
+cat scripts/bench-settings.conf >> "$DATA/postgresql.conf"
 rm -rf "$WORK"
 mkdir -p "$WORK"
 echo "== starting the benchmark cluster on port $BENCH_PORT"
