@@ -21,7 +21,8 @@
 # "1 8 16"), BENCH_BATCH (10000) IDs per scaling transaction,
 # BENCH_RT_CLIENTS (8), BENCH_REFILL_CLIENTS (8), BENCH_REFILL_BATCH (1000),
 # BENCH_REFILL_STEPS ("10 100 1000"), BENCH_SEG_STEP (1000), BENCH_SECTIONS
-# ("bulk scaling roundtrip insert refill batch multinode").
+# ("bulk scaling roundtrip insert refill batch profile multinode"; profile:
+# perf samples of one session drawing segment IDs, Debian's linux-perf).
 #
 # Section 7 (multinode) runs on Citus: three more servers of its own in
 # target/bench-citus (ports BENCH_MN_PORT, +1, +2; default BENCH_PORT + 1),
@@ -47,7 +48,7 @@ export BENCH_PORT=${BENCH_PORT:-28870}
 if [ -z "${PG_CONFIG:-}" ]; then
   bash scripts/pg-server.sh "${PG_MAJOR:-15}" >/dev/null
 fi
-bash scripts/setup.sh python3-matplotlib
+bash scripts/setup.sh python3-matplotlib linux-perf
 PYTHON=/usr/bin/python3
 export PATH="$HOME/.cargo/bin:$PATH"
 . scripts/pg.sh

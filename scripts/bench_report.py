@@ -424,29 +424,31 @@ class Report:
         cores = self.r["machine"]["cores"]
         m = self.r["machine"]
         fl = self.bulk_ns("floor")
-        # 1. segment per ID <= nextval CACHE 1000, one session
-        title = "Segment time per ID ≤ nextval CACHE 1000, one session (section 1)"
+        # 1. segment per ID, net of the loop, <= 0.8 of nextval CACHE 1000's, one session (#31)
+        title = "Segment time per ID net of the loop ≤ 0.8 of nextval CACHE 1000's, one session (section 1)"
         seg, c1000 = self.bulk_ns("segment"), self.bulk_ns("nextval_c1000")
-        if seg and c1000:
+        if seg and c1000 and fl and c1000 > fl and seg > fl:
             w = self.bulk_field("segment", "seg_waits") or 0
-            lim = (f"Net of the loop ({f(fl, 1)} ns/ID) a segment ID costs {f(seg - fl if fl else None, 1)} ns, a "
-                   f"CACHE 1000 nextval {f(c1000 - fl if fl else None, 1)} ns; {f(w)} calls per run waited for a "
-                   "refill (median).")
-            if seg > c1000:
-                lim += f" The gap is {f(seg - c1000, 1)} ns per ID ({(seg / c1000 - 1) * 100:.1f}%)"
-                lim += (": part of it is the single session outrunning the background worker's refills." if w else
-                        ", and no call waited, so it is the cost of the call itself: argument conversion and tag "
-                        "validation, the backend-local slot lookup by tag name and the atomic fetch_add on shared "
-                        "memory, against nextval's backend-local cached values.")
-            self.goal(title, f"{f(seg, 1)} vs {f(c1000, 1)} ns ({seg / c1000:.2f}×)", c1000 / seg,
-                      noise(self.bulk_ns_runs("segment"), self.bulk_ns_runs("nextval_c1000")), lim)
+            net_seg, net_c = seg - fl, c1000 - fl
+            lim = (f"Net of the loop ({f(fl, 1)} ns/ID) a segment ID costs {f(net_seg, 1)} ns, a CACHE 1000 "
+                   f"nextval {f(net_c, 1)} ns; {f(w)} calls per run waited for a refill (median). What a segment "
+                   "call is made of: the function call through pgrx (its guard and memory-context switch), the tag "
+                   "read in place and checked, the backend's cached slot of the tag (a compare with the last tag), "
+                   "one fetch_add on the shared segment and the loads that check its generation and epoch "
+                   "(profile in the section on the hot path).")
+
+            def net_runs(key):
+                return [a - b for a, b in zip(self.bulk_ns_runs(key), self.bulk_ns_runs("floor"))]
+            self.goal(title, f"{f(net_seg, 1)} vs {f(net_c, 1)} ns net ({net_seg / net_c:.2f}×; "
+                      f"{f(seg, 1)} vs {f(c1000, 1)} ns with the loop)", 0.8 * net_c / net_seg,
+                      noise(net_runs("segment"), net_runs("nextval_c1000")), lim)
         else:
             self.goal(title, "not measured")
         # 2. segment >= 1.5x nextval CACHE 1 at 8 clients; segment >= nextval CACHE 1000 at 8 and 16 clients
         s1, n1, k1 = (self.scaling_ids(k, 1) for k in ("segment", "nextval_c1", "nextval_c1000"))
-        for ref, factor, clients in (("nextval_c1", 1.5, 8), ("nextval_c1000", 1, 8), ("nextval_c1000", 1, 16)):
+        for ref, factor, clients in (("nextval_c1", 1.5, 8), ("nextval_c1000", 1.1, 8), ("nextval_c1000", 1, 16)):
             ref_name = self.label(ref).replace("nextval, ", "nextval ")
-            title = f"Segment ≥ {'1.5× ' if factor != 1 else ''}{ref_name} at {clients} clients (section 2)"
+            title = f"Segment ≥ {f'{factor}× ' if factor != 1 else ''}{ref_name} at {clients} clients (section 2)"
             sc, rc = self.scaling_ids("segment", clients), self.scaling_ids(ref, clients)
             if clients not in self.p["clients"] or not (sc and rc):
                 self.goal(title, f"not measured ({clients} not in BENCH_CLIENTS)" if clients not in self.p["clients"]
@@ -501,6 +503,18 @@ class Report:
                    f"includes the loop: the floor (`count(g)`, no generator) alone takes {f(fl, 1)} ns per ID, and "
                    "`generate_series` materializes its rows before the first ID is drawn. The IDs' own timestamps "
                    "(the goal above) measure only the drawing.")
+            streams = [r["stream_us"] for r in self.s.get("bulk", {}).get("snowflake", []) if r.get("stream_us")]
+            if streams and rate:
+                n_ids = self.s["bulk"]["snowflake"][0]["span_ids"]
+                stream = n_ids / (med(streams) / 1000)
+                lim += (f" Timed with a loop that streams its rows instead (`FROM (SELECT generate_series(1, n) AS g) "
+                        f"s`, which materializes nothing), the same {f(n_ids)} IDs took {f(med(streams) / 1000)} ms: "
+                        f"{f(stream)} IDs per ms of wall clock ({stream / LAYOUT_PER_MS * 100:.1f}%), against "
+                        f"{f(rate)} per ms of the IDs' own timestamps. ")
+                lim += ("So the loop's materialization explains the gap: the generator itself runs at the layout "
+                        "limit." if stream >= 0.97 * rate else
+                        "So the loop explains only part of the gap: the rest is time between calls that the IDs' "
+                        "timestamps do not see.")
             self.goal(title_wall, f"{f(wall)} IDs per ms of wall clock ({wall / LAYOUT_PER_MS * 100:.1f}%)",
                       wall / (0.9 * LAYOUT_PER_MS), noise(self.bulk_ns_runs("snowflake")), lim)
         title = "Snowflake ≥ 3× gen_random_uuid(), one session (section 1)"
@@ -540,8 +554,8 @@ class Report:
             self.goal(title, f"{f(tps)} vs {f(ref)} TPS ({tps / ref:.2f}×); p99 cycle "
                       f"{f(self.rt(key, 'cycle_p99_us'))} vs {f(self.rt('nextval_c1', 'cycle_p99_us'))} µs",
                       tps / ref / 0.9, noise(self.rt_runs(key), self.rt_runs("nextval_c1")), lim)
-        # 5. inserts within 10% of identity
-        title = "Inserts with the `leaf_segment_next` default within 10% of an identity column (section 4)"
+        # 5. inserts no slower than identity (#31)
+        title = "Inserts with the `leaf_segment_next` default ≤ 1.0 of an identity column's time (section 4)"
         s_ms, i_ms, f_ms = self.ins("segment", "ms"), self.ins("identity", "ms"), self.ins("floor", "ms")
         if not (s_ms and i_ms):
             self.goal(title, "not measured")
@@ -552,7 +566,7 @@ class Report:
                    f"the identity column {f((i_ms - f_ms) / 1000 if f_ms else None, 2)} s; {f(w)} segment calls "
                    "waited for a refill during a load (median).")
             self.goal(title, f"{f(s_ms / 1000, 2)} vs {f(i_ms / 1000, 2)} s ({s_ms / i_ms:.2f}×)",
-                      1.1 * i_ms / s_ms, noise(self.ins_runs("segment"), self.ins_runs("identity")), lim)
+                      i_ms / s_ms, noise(self.ins_runs("segment"), self.ins_runs("identity")), lim)
 
     def batch_ns(self, key):
         runs = [r["us"] * 1000 / r["count"] for r in self.s.get("batch", {}).get(key, []) if r.get("count")]
@@ -737,6 +751,26 @@ class Report:
         else:
             self.w("`uuidv7()` wins none of these measurements in this run.", "")
 
+    def profile(self):
+        pr = self.s.get("profile")
+        if not pr:
+            return
+        self.w("## The hot path: what a segment ID is made of", "",
+               f"`perf record -F 5000 -p PID` (cpu-clock samples; {pr.get('perf_version', 'perf')}) of one backend "
+               f"running `SELECT count(leaf_segment_next('t')) FROM generate_series(1, {pr['n']:,}) g`: the share "
+               "of the samples by library, then by symbol (those at 0.3% or more). `postgres` is the loop "
+               "(`generate_series` materializing its rows, the aggregate, the executor's function call); "
+               "`leaf_id.so` is the call itself, pgrx's wrapper included; the kernel's share is the "
+               "materialized rows' temporary file.", "",
+               "| library | share of samples |", "|---|---:|")
+        for pct, name in pr["by_library"]:
+            self.w(f"| `{name}` | {pct:.1f}% |")
+        self.w("", "| library and symbol | share |", "|---|---:|")
+        for pct, name in pr["by_symbol"]:
+            cell = name.replace("|", "\\|")
+            self.w(f"| `{cell}` | {pct:.2f}% |")
+        self.w("")
+
     def build(self):
         self.header()
         body_start = len(self.lines)
@@ -748,6 +782,7 @@ class Report:
         self.uuidv7_section()
         self.refill()
         self.batch()
+        self.profile()
         body = self.lines[body_start:]
         self.lines = self.lines[:body_start]
         self.goals_section()

@@ -17,6 +17,8 @@ import json
 import math
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -74,7 +76,7 @@ P = {
     "mn_clients": env_int("BENCH_MN_CLIENTS", 2, 2),
     "mn_port": env_int("BENCH_MN_PORT", env_int("BENCH_PORT", 28870, 28870) + 1,
                        env_int("BENCH_PORT", 28870, 28870) + 1),
-    "sections": env_str("BENCH_SECTIONS", "bulk scaling roundtrip insert refill batch multinode").split(),
+    "sections": env_str("BENCH_SECTIONS", "bulk scaling roundtrip insert refill batch profile multinode").split(),
     "work": env_str("BENCH_WORK", os.path.join(ROOT, "target", "bench-work")),
 }
 if P["reps"] < 1 or P["bulk_reps"] < 1:
@@ -307,7 +309,13 @@ def snowflake_span(n):
     if cnt != n:
         note_error("bulk snowflake span", f"count was {cnt}, expected {n}")
     pre, post = [list(map(int, tagged(out, t))) for t in ("pre", "post")]
-    return {"span_ids": cnt, "span_ms": span, "span_exhausted": post[3] - pre[3]}
+    # the same n by wall clock with a loop that streams its rows (a set-
+    # returning function in a target list runs per row, ProjectSet, and
+    # materializes nothing): does the loop explain the wall-clock gap?
+    us, cnt = timed(f"SELECT count(leaf_snowflake_next()) FROM (SELECT generate_series(1, {n}) AS g) s")[:2]
+    if cnt != n:
+        note_error("bulk snowflake streaming loop", f"count was {cnt}, expected {n}")
+    return {"span_ids": n, "span_ms": span, "span_exhausted": post[3] - pre[3], "stream_us": us}
 
 
 # ---------------------------------------------------------------- pgbench
@@ -615,6 +623,56 @@ def bench_multinode():
     return bench_multinode.run(sys.modules[__name__])
 
 
+def bench_profile():
+    """What one session's leaf_segment_next('t') is made of: perf samples
+    (the cpu-clock event, 5 kHz) of one backend drawing n IDs in one query,
+    by library and by symbol. Without perf (Debian's linux-perf) or its
+    permission, an error note says so."""
+    n = P["n"]
+    perf = shutil.which("perf")
+    if not perf:
+        note_error("profile", "perf is not installed (Debian: linux-perf)")
+        return {}
+    data = os.path.join(P["work"], "profile.data")
+    s = subprocess.Popen([f"{PGBIN}/psql", "-X", "-q", "-At", *conn_args(), "-d", P["db"]],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        s.stdin.write("SELECT pg_backend_pid();\n")
+        s.stdin.flush()
+        pid = int(s.stdout.readline())
+        s.stdin.write("SELECT count(leaf_segment_next('t')) FROM generate_series(1, 1000) g;\n")
+        s.stdin.flush()
+        s.stdout.readline()
+        rec = subprocess.Popen([perf, "record", "-F", "5000", "-o", data, "-p", str(pid)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        s.stdin.write(f"SELECT count(leaf_segment_next('t')) FROM generate_series(1, {n}) g;\n")
+        s.stdin.flush()
+        got = s.stdout.readline().strip()
+        rec.send_signal(signal.SIGINT)
+        _, err = rec.communicate(timeout=60)
+        if got != str(n):
+            note_error("profile", f"count was {got!r}, expected {n}")
+        if rec.returncode not in (0, -signal.SIGINT) or not os.path.exists(data):
+            note_error("profile", f"perf record failed (exit {rec.returncode}): {err.strip()[-400:]}")
+            return {}
+    finally:
+        s.stdin.close()
+        s.wait(timeout=60)
+
+    def report(sort):
+        out = subprocess.run([perf, "report", "-i", data, "--no-children", "--sort", sort, "--stdio", "-g", "none",
+                              "--percent-limit", "0.3"], capture_output=True, text=True, timeout=300).stdout
+        rows = []
+        for line in out.splitlines():
+            m = re.match(r"^\s+([\d.]+)%\s+(.*\S)\s*$", line)
+            if m:
+                rows.append([float(m.group(1)), re.sub(r"\s{2,}", "  ", m.group(2))])
+        return rows
+    return {"n": n, "by_library": report("dso"), "by_symbol": report("dso,sym")[:30],
+            "perf_version": subprocess.run([perf, "--version"], capture_output=True, text=True).stdout.strip()}
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -627,7 +685,7 @@ def main():
                "machine": machine_info(), "settings": server_settings(), "sections": {}, "load": {}}
     sections = {"bulk": bench_bulk, "scaling": bench_scaling, "roundtrip": bench_roundtrip,
                 "insert": bench_insert, "refill": bench_refill, "batch": bench_batch,
-                "multinode": bench_multinode}
+                "profile": bench_profile, "multinode": bench_multinode}
     for name in P["sections"]:
         if name not in sections:
             sys.exit(f"unknown section {name}")

@@ -9,10 +9,12 @@
 //! worker's commit before it is used (`standby_rule`, plain Rust) and the
 //! wait for them (`standby_wait`), and what differs between PostgreSQL
 //! majors (`pg_version`); `worker_status` shows the workers to SQL, and
-//! `text_arg` reads the hot functions' `text` argument in place.
+//! `text_arg` reads the hot functions' `text` argument in place, and
+//! `backend_local` keeps their per-backend state without thread-local storage.
 
 pub mod as_owner;
 pub mod backend;
+pub mod backend_local;
 pub mod bgworker;
 pub mod clock;
 pub mod copy_slot;

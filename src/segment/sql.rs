@@ -4,6 +4,7 @@
 
 use crate::errors::{raise, raise_recorded, require_writable};
 use crate::runtime::backend::{self, Deadline};
+use crate::runtime::backend_local::BackendLocal;
 use crate::runtime::clock::tstz_from_unix_us;
 use crate::runtime::shmem::{NoTagSlot, Role, Shared, TAG_MAX_CHARS, TagStatus};
 use crate::runtime::standby_wait;
@@ -19,15 +20,17 @@ use std::sync::atomic::Ordering::SeqCst;
 thread_local! {
     /// tag -> (slot, epoch): valid while the slot's epoch is unchanged.
     static SLOT_CACHE: RefCell<HashMap<String, (usize, u64)>> = RefCell::new(HashMap::new());
-    /// The last tag looked up, in front of the map.
-    static LAST_TAG: RefCell<Option<(String, (usize, u64))>> = const { RefCell::new(None) };
     /// Opaque IDs this session encoded and has not handed out yet
     /// (`segment::opaque_runs`).
     static OPAQUE_RUNS: RefCell<SessionRuns> = RefCell::new(SessionRuns::default());
-    /// Has this session ever kept a run? Until it has, a call skips the
-    /// runs (a plain tag's call pays nothing for opaque IDs).
-    static RUNS_KEPT: Cell<bool> = const { Cell::new(false) };
 }
+
+/// The last tag looked up, in front of the map.
+static LAST_TAG: BackendLocal<RefCell<Option<(String, (usize, u64))>>> =
+    BackendLocal::new(RefCell::new(None));
+/// Has this session ever kept a run? Until it has, a call skips the runs
+/// (a plain tag's call pays nothing for opaque IDs).
+static RUNS_KEPT: BackendLocal<Cell<bool>> = BackendLocal::new(Cell::new(false));
 
 fn validate_tag(tag: Option<&str>) -> &str {
     let Some(tag) = tag else {
@@ -62,16 +65,18 @@ fn validate_tag(tag: Option<&str>) -> &str {
 
 fn cached_slot(sh: &Shared, dboid: u32, tag: &str) -> (usize, u64) {
     // most calls repeat the previous tag (a column default, a bulk insert)
-    if let Some(hit) = LAST_TAG.with(|l| {
-        l.borrow()
+    if let Some(hit) = {
+        LAST_TAG
+            .get()
+            .borrow()
             .as_ref()
             .filter(|(t, _)| same_bytes(t.as_bytes(), tag.as_bytes()))
             .map(|(_, hit)| *hit)
-    }) {
+    } {
         return hit;
     }
     let hit = cached_slot_by_map(sh, dboid, tag);
-    LAST_TAG.with(|l| *l.borrow_mut() = Some((tag.to_string(), hit)));
+    *LAST_TAG.get().borrow_mut() = Some((tag.to_string(), hit));
     hit
 }
 
@@ -193,7 +198,7 @@ fn no_slot(sh: &Shared, refusal: NoTagSlot) -> ! {
 }
 
 fn forget(tag: &str) {
-    LAST_TAG.with(|l| *l.borrow_mut() = None);
+    *LAST_TAG.get().borrow_mut() = None;
     SLOT_CACHE.with(|c| c.borrow_mut().remove(tag));
 }
 
@@ -210,7 +215,7 @@ pub fn next_id(tag: &str) -> i64 {
     let (sh, _) = backend::shared_db();
     let dboid = backend::my_dboid();
     let (i, epoch) = cached_slot(sh, dboid, tag);
-    if RUNS_KEPT.get() {
+    if RUNS_KEPT.get().get() {
         let kept = OPAQUE_RUNS.with(|r| {
             r.borrow_mut()
                 .pop(i, epoch, || sh.tag(i).epoch.load(SeqCst) == epoch)
@@ -237,7 +242,7 @@ pub fn next_id(tag: &str) -> i64 {
                 .encode_consecutive(take.first, taken)
                 .unwrap_or_else(|e| outside_domain(e.value, e.bits));
             OPAQUE_RUNS.with(|r| r.borrow_mut().keep(take.slot, take.epoch, &ids[1..taken]));
-            RUNS_KEPT.set(true);
+            RUNS_KEPT.get().set(true);
             ids[0]
         }
     }
@@ -553,7 +558,7 @@ fn leaf_id_reset_cache() {
     crate::segment::reserve_file::remove_for_reset(sh, dboid);
     sh.free_tags_of(dboid);
     SLOT_CACHE.with(|c| c.borrow_mut().clear());
-    LAST_TAG.with(|l| *l.borrow_mut() = None);
+    *LAST_TAG.get().borrow_mut() = None;
     // (other sessions' runs end by the slots' new epochs)
     OPAQUE_RUNS.with(|r| r.borrow_mut().clear());
     if let Some(db) = (0..sh.n_dbs()).find(|&d| sh.db(d).dboid.load(SeqCst) == dboid) {
