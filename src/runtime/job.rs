@@ -20,6 +20,32 @@ impl JobError {
         }
     }
 
+    /// Was the worker's own statement canceled (57014: `pg_cancel_backend`
+    /// on the worker, or Citus canceling a backend that holds a lock it
+    /// needs, as `citus_activate_node` does)? Not the callers' cancel: a
+    /// caller told 57014 takes it for its own (PL/pgSQL's `WHEN OTHERS`
+    /// cannot even catch it), so the worker retries without telling them.
+    pub(crate) fn is_worker_canceled(&self) -> bool {
+        self.sqlstate == code_of(PgSqlErrorCode::ERRCODE_QUERY_CANCELED)
+    }
+
+    /// The SQLSTATE and message the callers waiting for the job get: the
+    /// error's own, but a cancel of the worker's statement is `55P03`
+    /// (the job did not deliver, as when a caller's wait times out).
+    pub(crate) fn for_callers(&self) -> (i32, String) {
+        if self.is_worker_canceled() {
+            (
+                code_of(PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE),
+                format!(
+                    "the leaf_id background worker's statement was canceled ({}); it retries",
+                    self.message.lines().next().unwrap_or("").trim_end()
+                ),
+            )
+        } else {
+            (self.sqlstate, self.message.clone())
+        }
+    }
+
     /// Class 08: a connection (on Citus, to another node) failed.
     pub(crate) fn is_connection_exception(&self) -> bool {
         self.sqlstate & ((1 << 12) - 1) == code_of(PgSqlErrorCode::ERRCODE_CONNECTION_EXCEPTION)

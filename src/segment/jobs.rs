@@ -412,6 +412,9 @@ impl SegmentJobs {
                         slot.status.store(TagStatus::Missing as u32, SeqCst);
                         slot.error.set(e.sqlstate, &e.message);
                     }
+                    // a canceled refill is retried (after FIRST_RETRY):
+                    // the callers wait on for it, up to their timeout
+                    Err(e) if e.is_worker_canceled() => {}
                     Err(e) => slot.error.set(e.sqlstate, &e.message),
                 }
             }

@@ -80,7 +80,8 @@ impl SnowflakeJobs {
                 }
                 Err(e) => {
                     ctx.note(&e);
-                    slot.error.set(e.sqlstate, &e.message);
+                    let (code, message) = e.for_callers();
+                    slot.error.set(code, &message);
                     slot.snowflake_state
                         .store(SnowflakeState::Failed as u32, SeqCst);
                     pgrx::warning!("leaf_id: snowflake worker id claim failed: {}", e.message);
@@ -118,7 +119,8 @@ impl SnowflakeJobs {
                     Err(e) => {
                         ctx.note(&e);
                         let _g = sh.lock_db(ctx.db);
-                        slot.error.set(e.sqlstate, &e.message);
+                        let (code, message) = e.for_callers();
+                        slot.error.set(code, &message);
                         pgrx::warning!(
                             "leaf_id: snowflake high-water mark renewal failed: {}",
                             e.message

@@ -86,10 +86,14 @@ like(draw_one()->{out}, qr/^\d+$/, 'a fresh node issues');
 sub lease_within_row
 {
 	my ($what) = @_;
-	my $row = $node->safe_psql('postgres',
-		"SELECT last_timestamp FROM leaf_worker WHERE worker_id = (SELECT worker_id FROM leaf_snowflake_status)");
+	# the lease first: the worker commits a renewal's row before it moves
+	# the lease, so a row read later is at least the lease read now (read
+	# the other way round, a renewal in between showed a lease one
+	# heartbeat above the older row: the test's race, not the worker's)
 	my $lease = $node->safe_psql('postgres',
 		"SELECT (extract(epoch FROM persisted_mark) * 1000)::bigint FROM leaf_snowflake_status");
+	my $row = $node->safe_psql('postgres',
+		"SELECT last_timestamp FROM leaf_worker WHERE worker_id = (SELECT worker_id FROM leaf_snowflake_status)");
 	ok($lease ne '' && $row ne '' && $lease <= $row,
 		"$what: the lease ($lease) is not above the row's mark ($row)");
 }
