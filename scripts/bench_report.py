@@ -760,8 +760,8 @@ class Report:
                f"running `SELECT count(leaf_segment_next('t')) FROM generate_series(1, {pr['n']:,}) g`: the share "
                "of the samples by library, then by symbol (those at 0.3% or more). `postgres` is the loop "
                "(`generate_series` materializing its rows, the aggregate, the executor's function call); "
-               "`leaf_id.so` is the call itself, pgrx's wrapper included; the kernel's share is the "
-               "materialized rows' temporary file.", "",
+               "`leaf_id.so` is the call itself, pgrx's wrapper included; the kernel's share is mostly "
+               "page faults on the memory the materialized rows fill (`clear_page`, `exc_page_fault`).", "",
                "| library | share of samples |", "|---|---:|")
         for pct, name in pr["by_library"]:
             self.w(f"| `{name}` | {pct:.1f}% |")
