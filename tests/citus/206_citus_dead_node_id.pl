@@ -87,7 +87,16 @@ is($rm->{sqlstate}, '08006', 'citus_remove_node of the dead node fails with 0800
 my $dis = try_sql($coord, 'postgres', "SELECT citus_disable_node('127.0.0.1', $w2port)");
 note "citus_disable_node of dead worker2: ret $dis->{ret} $dis->{err}";
 is($dis->{ret}, 0, 'citus_disable_node of the dead node works') or diag $dis->{err};
-$rm = try_sql($coord, 'postgres', "SELECT citus_remove_node('127.0.0.1', $w2port)");
+# citus_disable_node syncs the other nodes' metadata in the background: until
+# it has, citus_remove_node refuses ("is a metadata node, but is out of
+# sync", 55000), as an operator would see; wait for the sync, up to 30 s
+my $rm_deadline = time + 30;
+while (1)
+{
+	$rm = try_sql($coord, 'postgres', "SELECT citus_remove_node('127.0.0.1', $w2port)");
+	last if $rm->{ret} == 0 || $rm->{err} !~ /is a metadata node, but is out of sync/ || time > $rm_deadline;
+	sleep 1;
+}
 note "citus_remove_node of dead, disabled worker2: ret $rm->{ret} $rm->{err}";
 is($rm->{ret}, 0, 'after citus_disable_node, citus_remove_node of the dead node works') or diag $rm->{err};
 if ($add->{ret} != 0)
