@@ -115,7 +115,9 @@ if [ "$rc" -ne 0 ]; then
     # lines may begin with a time stamp, [12:00:00.000](0.001s)
     grep -q -E '^(\[[^]]*\]\([^)]*\) )?(not ok|Bail out!|# Looks like (you failed|your test (exited|died)))' "$log" || continue
     echo "-- ${log##*/regress_log_}:"
-    grep -E '^(\[[^]]*\]\([^)]*\) )?(not ok|Bail out!|#   |# Looks like)' "$log" | head -40
+    # (a test that died says why in an "error running SQL" line and the
+    # one after it, before the nodes' shutdown lines)
+    grep -E -A1 '^(\[[^]]*\]\([^)]*\) )?(not ok|Bail out!|#   |# Looks like)|^error running SQL|died' "$log" | grep -v '^--$' | head -40
     echo "   (last lines of its log)"
     tail -n 15 "$log" | cut -c1-300 | sed 's/^/   /'
   done
