@@ -306,10 +306,14 @@ BEGIN
         RAISE EXCEPTION 'sequence % has reached the largest bigint', seq USING ERRCODE = '2200H';
     END IF;
     first_id := pg_catalog.int8larger(adopted.largest + 1, 1);
-    -- a concurrent adoption of the same tag fails here with 23505
-    INSERT INTO @extschema@.leaf_alloc (biz_tag, max_id, step, description)
+    -- a concurrent adoption of the same tag fails here with 23505; the tag
+    -- issues nothing its column cannot hold (max_value: 2200H instead of
+    -- 22003 at the insert, and no role can burn the range for it)
+    INSERT INTO @extschema@.leaf_alloc (biz_tag, max_id, step, description, max_value)
     VALUES (tag, first_id, step, pg_catalog.format('adopted from sequence %s of %s.%I',
-                                                   seq, adopted.owner_table, adopted.owner_column));
+                                                   seq, adopted.owner_table, adopted.owner_column),
+            CASE WHEN adopted.column_type = 'pg_catalog.int2'::pg_catalog.regtype THEN 32767
+                 WHEN adopted.column_type = 'pg_catalog.int4'::pg_catalog.regtype THEN 2147483647 END);
     RETURN first_id;
 END
 $fn$;

@@ -28,7 +28,9 @@ CREATE TABLE leaf_alloc (
     update_time timestamptz NOT NULL DEFAULT now(),
     opaque_domain text,
     opaque_check  bigint,
-    opaque_grant  bigint
+    opaque_grant  bigint,
+    max_value   bigint,
+    draw_role   pg_catalog.name
 );
 SELECT pg_catalog.pg_extension_config_dump('leaf_alloc', '');
 
@@ -40,6 +42,8 @@ COMMENT ON COLUMN leaf_alloc.step IS 'Minimum segment size; the dynamic step gro
 COMMENT ON COLUMN leaf_alloc.update_time IS 'Time of the last refill.';
 COMMENT ON COLUMN leaf_alloc.opaque_domain IS 'A name in leaf_opaque_domain: the tag hands out that domain''s keyed permutation of its counter instead of the counter (NULL: plain IDs). Set it before the tag''s first ID: a refill refuses a domain that differs from the one its earlier IDs were issued under (55000).';
 COMMENT ON COLUMN leaf_alloc.opaque_grant IS 'With opaque_domain: leaf_opaque_grant(opaque_domain, biz_tag, max_id), which only a superuser or a role that may run leaf_opaque_decode can compute; each refill writes the one of its new max_id. A refill of an opaque tag whose grant does not match is refused (42501).';
+COMMENT ON COLUMN leaf_alloc.max_value IS 'The largest value the tag may issue (an opaque tag: the largest counter value); a refill that would pass it is refused (2200H). NULL: no bound but the bigint''s (or the opaque domain''s). leaf_segment_adopt_sequence sets it to the largest value of an integer or smallint column. Changes apply at the next refill; what is reserved already is handed out.';
+COMMENT ON COLUMN leaf_alloc.draw_role IS 'A role name: only superusers and roles with the privileges of this role (members that inherit them) may draw the tag''s IDs, others get 42501. NULL: every role that may run leaf_segment_next. A name no role has leaves the tag to superusers. Changes apply at the tag''s next refill (SELECT leaf_id_reset_cache() applies them at once).';
 COMMENT ON COLUMN leaf_alloc.opaque_check IS 'Written by each refill: a fingerprint of the encoding the reserved IDs are issued under (0: plain; else SipHash of a constant under the domain''s key and width, which reveals nothing of the key). NULL: no refill yet.';
 
 CREATE TABLE leaf_opaque_domain (

@@ -256,6 +256,11 @@ pub struct TagSlot {
     /// publishes the epoch's first segment and never changed within the
     /// epoch (a refill that reads another encoding is refused).
     pub encoding: EncodingCell,
+    /// Who may draw the tag's IDs: 0 = every role that may run the
+    /// function; else the OID of the role whose privileges a caller needs
+    /// (`leaf_alloc.draw_role`, resolved by the worker; 1 = a name no role
+    /// has: superusers only). Stored by every refill before it publishes.
+    pub draw_role: AtomicU32,
 }
 
 /// A tag slot's encoding: `bits` 0 = plain IDs, else an opaque domain of
@@ -885,6 +890,7 @@ impl Shared {
         slot.refill_in_flight.store(false, SeqCst);
         slot.refill_requested.store(true, SeqCst);
         slot.encoding.clear();
+        slot.draw_role.store(0, SeqCst);
         slot.status.store(TagStatus::Loading as u32, SeqCst);
         slot.dboid.store(dboid, SeqCst);
         Ok((i, slot.epoch.load(SeqCst)))

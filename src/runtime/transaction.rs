@@ -27,8 +27,9 @@ use std::panic::AssertUnwindSafe;
 /// The catalog version (the extension's SQL objects) this library serves.
 pub const CATALOG_VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// The older catalogs the library still serves: 0.5.1 lacks only the
-/// `leaf_id_worker_status` view and 0.5.0 differs in `leaf_opaque_create`'s
+/// The older catalogs the library still serves: 0.5.2 lacks only
+/// `leaf_alloc.max_value` and `draw_role` (`catalog_has_tag_limits`), 0.5.1
+/// also the `leaf_id_worker_status` view and 0.5.0 differs in `leaf_opaque_create`'s
 /// SQL too (its Citus INSERT), so it serves everything to both;
 /// 0.4.0 has opaque IDs but
 /// no opaque grants, so it serves plain tags only (`catalog_has_grants_and_history`);
@@ -36,7 +37,9 @@ pub const CATALOG_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// 0.2.0's no pinned copies (`copies`, `holder_copy`), which snowflake mode
 /// needs, so those two serve segment mode only (`catalog_lacks_snowflake`);
 /// 0.1.0 also has no leaf_alloc_tuning (`catalog_is_legacy`).
-pub const OLDER_CATALOGS: &[&str] = &["0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.5.1"];
+pub const OLDER_CATALOGS: &[&str] = &[
+    "0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.5.1", "0.5.2",
+];
 
 /// The older catalogs snowflake mode cannot run on.
 const CATALOGS_WITHOUT_SNOWFLAKE: &[&str] = &["0.1.0", "0.2.0"];
@@ -65,7 +68,7 @@ pub fn catalog_lacks_snowflake() -> bool {
 pub fn catalog_has_opaque() -> bool {
     matches!(
         JOB_CATALOG.with(|c| c.get()),
-        None | Some("0.4.0") | Some("0.5.0") | Some("0.5.1")
+        None | Some("0.4.0") | Some("0.5.0") | Some("0.5.1") | Some("0.5.2")
     )
 }
 
@@ -76,8 +79,15 @@ pub fn catalog_has_opaque() -> bool {
 pub fn catalog_has_grants_and_history() -> bool {
     matches!(
         JOB_CATALOG.with(|c| c.get()),
-        None | Some("0.5.0") | Some("0.5.1")
+        None | Some("0.5.0") | Some("0.5.1") | Some("0.5.2")
     )
+}
+
+/// Does the running job's catalog have 0.6.0's `leaf_alloc.max_value` (the
+/// largest counter value a tag issues) and `leaf_alloc.draw_role` (whose
+/// privileges a caller needs to draw the tag's IDs)?
+pub fn catalog_has_tag_limits() -> bool {
+    JOB_CATALOG.with(|c| c.get()).is_none()
 }
 
 /// The error of a job that needs the current catalog.

@@ -224,18 +224,29 @@ pub const RUN_ON_WORKER: &str =
 /// With `opaque` (catalog 0.4.0 on) also the tag's opaque domain and the
 /// fingerprint of the encoding its last refill recorded.
 /// With `grant` (catalog 0.5.0 on) also the row's opaque grant.
-pub fn alloc_lock_row(s: &Schema, opaque: bool, grant: bool) -> String {
+/// With `limits` (catalog 0.6.0 on) also its max_value and draw_role.
+pub fn alloc_lock_row(s: &Schema, opaque: bool, grant: bool, limits: bool) -> String {
     format!(
         "UPDATE {} SET update_time = pg_catalog.now() \
-         WHERE biz_tag OPERATOR(pg_catalog.=) $1 RETURNING max_id, step{}{}",
+         WHERE biz_tag OPERATOR(pg_catalog.=) $1 RETURNING max_id, step{}{}{}",
         s.table(Table::Alloc),
         if opaque {
             ", opaque_domain, opaque_check"
         } else {
             ""
         },
-        if grant { ", opaque_grant" } else { "" }
+        if grant { ", opaque_grant" } else { "" },
+        if limits {
+            ", max_value, draw_role::pg_catalog.text"
+        } else {
+            ""
+        }
     )
+}
+
+/// The OID of the role named $1 (`leaf_alloc.draw_role`), on this server.
+pub fn role_oid() -> &'static str {
+    "SELECT r.oid FROM pg_catalog.pg_authid r WHERE r.rolname OPERATOR(pg_catalog.=) $1::pg_catalog.text"
 }
 
 /// Width and key of opaque domain $1.
@@ -292,9 +303,14 @@ pub fn alloc_max_id(s: &Schema) -> String {
 }
 
 /// max_id and step of tag $1 in this node's copy, read without Citus.
-pub fn shard_alloc_row(shard: &Shard) -> String {
+pub fn shard_alloc_row(shard: &Shard, limits: bool) -> String {
     format!(
-        "SELECT max_id, step FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) $1",
+        "SELECT max_id, step{} FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) $1",
+        if limits {
+            ", draw_role::pg_catalog.text"
+        } else {
+            ""
+        },
         shard.qualified
     )
 }

@@ -311,6 +311,7 @@ impl SegmentJobs {
             None
         };
         let served_by_reserve = from_reserve_first.is_some();
+        let draw_role_seen = std::cell::Cell::new(None);
         let result = from_reserve_first.unwrap_or_else(|| {
             in_transaction(|schema| {
                 tuning = !crate::runtime::transaction::catalog_is_legacy();
@@ -329,6 +330,7 @@ impl SegmentJobs {
                     tuned,
                     &kept,
                     slot_encoding,
+                    &draw_role_seen,
                 )?;
                 // remembered before the commit makes the range usable: if the
                 // commit fails the mark only leaves a gap
@@ -398,6 +400,9 @@ impl SegmentJobs {
                             // from the segment reads it after
                             slot.encoding.set(r.encoding);
                         }
+                        // (also before the publish: the caller that takes
+                        // from it checks it after its take)
+                        slot.draw_role.store(r.draw_role, SeqCst);
                         // committed: only now may its IDs be handed out
                         let published = slot.pair.publish(target, r.start, r.len);
                         debug_assert!(published);
@@ -415,7 +420,14 @@ impl SegmentJobs {
                     // a canceled refill is retried (after FIRST_RETRY):
                     // the callers wait on for it, up to their timeout
                     Err(e) if e.is_worker_canceled() => {}
-                    Err(e) => slot.error.set(e.sqlstate, &e.message),
+                    Err(e) => {
+                        // (the callers that may not draw the tag get 42501
+                        // instead of the error)
+                        if let Some(role) = draw_role_seen.get() {
+                            slot.draw_role.store(role, SeqCst);
+                        }
+                        slot.error.set(e.sqlstate, &e.message)
+                    }
                 }
             }
         }

@@ -32,6 +32,23 @@ pub(crate) struct Reserved {
     /// The range's IDs are this opaque domain's permutation of the counter
     /// (None: plain).
     pub(crate) encoding: Option<Domain>,
+    /// Who may draw the tag's IDs (`TagSlot::draw_role`).
+    pub(crate) draw_role: u32,
+}
+
+/// `TagSlot::draw_role` of a row's `draw_role`: 0 for NULL, the role's
+/// OID, or 1 (no role's OID) for a name that no role has on this server,
+/// which leaves the tag to superusers.
+fn draw_role_oid(client: &mut pgrx::spi::SpiClient, name: Option<String>) -> Result<u32, JobError> {
+    let Some(name) = name else { return Ok(0) };
+    let oid = client
+        .select(sql::role_oid(), None, &[name.into()])
+        .map_err(spi_err)?
+        .into_iter()
+        .next()
+        .and_then(|r| r.get::<pg_sys::Oid>(1).ok().flatten())
+        .map_or(1, |o| o.to_u32());
+    Ok(oid)
 }
 
 /// leaf_alloc's OID (the reserve is bound to the table it came from).
@@ -61,6 +78,7 @@ pub(crate) fn reserve(
     tuned: Option<i64>,
     kept: &Reserve,
     slot_encoding: Option<Option<Domain>>,
+    draw_role_seen: &std::cell::Cell<Option<u32>>,
 ) -> Result<Reserved, JobError> {
     Spi::connect_mut(|client| {
         // A write, not SELECT ... FOR UPDATE, locks the row: on a Citus
@@ -70,7 +88,8 @@ pub(crate) fn reserve(
         // one range on two nodes).
         let opaque = crate::runtime::transaction::catalog_has_opaque();
         let granted = crate::runtime::transaction::catalog_has_grants_and_history();
-        let lock_sql = sql::alloc_lock_row(schema, opaque, granted);
+        let limits = crate::runtime::transaction::catalog_has_tag_limits();
+        let lock_sql = sql::alloc_lock_row(schema, opaque, granted, limits);
         let mut row = client
             .update(&lock_sql, None, &[tag.into()])
             .map_err(spi_err)?;
@@ -121,6 +140,20 @@ pub(crate) fn reserve(
         } else {
             None
         };
+        // (a catalog with limits has opaque domains and grants: columns 6, 7)
+        let (max_value, draw_role_name) = if limits {
+            (
+                row.get::<i64>(6).map_err(spi_err)?,
+                row.get::<String>(7).map_err(spi_err)?,
+            )
+        } else {
+            (None, None)
+        };
+        // known before any refusal below: a refused refill's error reaches
+        // only the callers that may draw the tag (others get 42501, not
+        // what the error tells of the row)
+        let draw_role = draw_role_oid(client, draw_role_name)?;
+        draw_role_seen.set(Some(draw_role));
         if table_step < 1 {
             return Err(JobError::new(
                 PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
@@ -226,16 +259,23 @@ pub(crate) fn reserve(
             max_id
         };
         // the counter must stay inside the domain: an opaque ID is the
-        // permutation of a value below 2^bits
-        let end_limit = match encoding {
+        // permutation of a value below 2^bits; and at most the row's
+        // max_value (an integer column's largest, or the operator's bound)
+        let domain_limit = match encoding {
             Some(d) if d.bits() < 63 => 1i64 << d.bits(),
             _ => i64::MAX,
         };
+        let value_limit = max_value.map_or(i64::MAX, |m| m.max(-1).saturating_add(1));
+        let end_limit = domain_limit.min(value_limit);
         let room = end_limit.saturating_sub(start);
         if room <= 0 {
             return Err(JobError::new(
                 PgSqlErrorCode::ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED,
                 match (&domain_name, encoding) {
+                    _ if value_limit <= domain_limit && max_value.is_some() => format!(
+                        "leaf_id tag \"{tag}\" has reached its leaf_alloc.max_value ({}): no IDs are left",
+                        max_value.unwrap_or(0)
+                    ),
                     (Some(name), Some(d)) if d.bits() < 63 => format!(
                         "leaf_id tag \"{tag}\" has used every value of its opaque domain \"{name}\" (below 2^{}): no IDs are left",
                         d.bits()
@@ -354,6 +394,7 @@ pub(crate) fn reserve(
             extra: extra.map(|(oid, _)| (oid, (start + len, end))),
             drop_kept,
             encoding,
+            draw_role,
         })
     })
 }
@@ -458,17 +499,28 @@ pub(crate) fn take_from_reserve(
             return Ok(None);
         };
         let oid = alloc_table_oid(client, schema)?;
+        let limits = crate::runtime::transaction::catalog_has_tag_limits();
         // this node's copy, read without Citus
         let row = client
-            .select(&sql::shard_alloc_row(copies.shard()), None, &[tag.into()])
+            .select(
+                &sql::shard_alloc_row(copies.shard(), limits),
+                None,
+                &[tag.into()],
+            )
             .map_err(spi_err)?;
-        let (max_id, table_step) = match row.into_iter().next() {
+        let (max_id, table_step, draw_role_name) = match row.into_iter().next() {
             Some(r) => (
                 r.get::<i64>(1).map_err(spi_err)?,
                 r.get::<i32>(2).map_err(spi_err)?.map_or(1, i64::from),
+                if limits {
+                    r.get::<String>(3).map_err(spi_err)?
+                } else {
+                    None
+                },
             ),
-            None => (None, 1),
+            None => (None, 1, None),
         };
+        let draw_role = draw_role_oid(client, draw_role_name)?;
         let want = previous_step.unwrap_or(table_step).max(1);
         match kept.take(tag, oid, max_id, want) {
             Ok((start, len)) => {
@@ -485,6 +537,7 @@ pub(crate) fn take_from_reserve(
                     drop_kept: false,
                     // only plain tags keep a reserve
                     encoding: None,
+                    draw_role,
                 }))
             }
             Err(NoRange::RowChanged) => {

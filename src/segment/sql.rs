@@ -6,7 +6,7 @@ use crate::errors::{raise, raise_recorded, require_writable};
 use crate::runtime::backend::{self, Deadline};
 use crate::runtime::backend_local::BackendLocal;
 use crate::runtime::clock::tstz_from_unix_us;
-use crate::runtime::shmem::{NoTagSlot, Role, Shared, TAG_MAX_CHARS, TagStatus};
+use crate::runtime::shmem::{NoTagSlot, Role, Shared, TAG_MAX_CHARS, TagSlot, TagStatus};
 use crate::runtime::standby_wait;
 use crate::runtime::text_arg::TextArg;
 use crate::segment::buffer::{SlowPath, TakeMany};
@@ -208,6 +208,33 @@ fn request_refill(sh: &Shared, db: usize, slot: usize) {
     sh.wake_worker(db, Role::Segment);
 }
 
+/// Does the tag's `leaf_alloc.draw_role` let the current user draw its
+/// IDs? One atomic load for a tag without one (the rule).
+#[inline]
+fn may_draw(slot: &TagSlot) -> bool {
+    match slot.draw_role.load(SeqCst) {
+        0 => true,
+        role => has_privs_of(role),
+    }
+}
+
+#[cold]
+fn has_privs_of(role: u32) -> bool {
+    // (true for superusers; a role's members that inherit its privileges)
+    unsafe { pgrx::pg_sys::has_privs_of_role(pgrx::pg_sys::GetUserId(), role.into()) }
+}
+
+#[cold]
+fn not_drawer(tag: &str) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+        format!("permission denied to draw IDs of leaf_id tag \"{tag}\""),
+        Some(
+            "Only superusers and roles with the privileges of the role its leaf_alloc.draw_role names may draw them.",
+        ),
+    )
+}
+
 /// One ID of the tag. A plain tag's is one `fetch_add` on its segment; an
 /// opaque tag's comes from this session's run of encoded IDs, and a new run
 /// is one `fetch_add` and one `Domain::encode_lanes` (`segment::opaque_runs`).
@@ -216,6 +243,14 @@ pub fn next_id(tag: &str) -> i64 {
     let dboid = backend::my_dboid();
     let (i, epoch) = cached_slot(sh, dboid, tag);
     if RUNS_KEPT.get().get() {
+        // a run kept by this session, perhaps as another role (SET ROLE):
+        // refused before it is touched, so that it stays for the next call
+        // (a slot given to another tag since is not asked: the pop drops
+        // the run, and the take below checks)
+        let slot = sh.tag(i);
+        if slot.epoch.load(SeqCst) == epoch && !may_draw(slot) {
+            not_drawer(tag)
+        }
         let kept = OPAQUE_RUNS.with(|r| {
             r.borrow_mut()
                 .pop(i, epoch, || sh.tag(i).epoch.load(SeqCst) == epoch)
@@ -304,6 +339,15 @@ fn take_ids(
             .take()
             .unwrap_or_else(|| cached_slot(sh, dboid, tag));
         let slot = sh.tag(i);
+        // who may draw: checked before the take, so that a refused caller
+        // takes nothing (a range of a first refill, whose role was not yet
+        // known here, is checked again after the take)
+        if !may_draw(slot) {
+            if deadline.is_some() {
+                backend::end_wait();
+            }
+            not_drawer(tag)
+        }
         // hot path: one fetch_add
         let want = want(i, epoch, slot.encoding.domain().is_some());
         for _ in 0..4 {
@@ -322,6 +366,13 @@ fn take_ids(
                         // the new tag's range (it names the current generation),
                         // so this check is what keeps it from this tag's caller
                         break;
+                    }
+                    // (stored before the publish, as the encoding)
+                    if !may_draw(slot) {
+                        if deadline.is_some() {
+                            backend::end_wait();
+                        }
+                        not_drawer(tag)
                     }
                     if crossed_threshold {
                         request_refill(sh, backend::my_db_slot(sh), i);
@@ -390,6 +441,10 @@ fn take_ids(
                 }
             }
             backend::end_wait();
+            // (the error may tell of the row: for those who may draw it)
+            if !may_draw(slot) {
+                not_drawer(tag)
+            }
             raise_recorded(code, message);
         }
         match slot.pair.on_exhausted() {

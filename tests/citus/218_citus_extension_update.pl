@@ -73,6 +73,11 @@ for my $from ('0.1.0', '0.2.0')
 	SELECT count(*) FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
 	WHERE c.relname ~ '^leaf_alloc(_[0-9]+)?$' AND a.attname IN ('opaque_domain', 'opaque_check', 'opaque_grant') AND NOT a.attisdropped});
 		is($alloc_cols, 6, $n->name . ': leaf_alloc and its shard both have the columns of 0.4.0 and 0.5.0');
+		my $limit_cols = $n->safe_psql('postgres', q{
+	SET citus.override_table_visibility = off;
+	SELECT count(*) FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
+	WHERE c.relname ~ '^leaf_alloc(_[0-9]+)?$' AND a.attname IN ('max_value', 'draw_role') AND NOT a.attisdropped});
+		is($limit_cols, 4, $n->name . ': leaf_alloc and its shard both have the columns of 0.6.0');
 		is($n->safe_psql('postgres', q{
 	SET citus.override_table_visibility = off;
 	SELECT string_agg(DISTINCT opaque_check::text, ',') FROM leaf_alloc}), '0',
@@ -96,6 +101,28 @@ INSERT INTO leaf_alloc (biz_tag, step, opaque_domain, opaque_grant) VALUES ('o',
 			$n->name . ': both modes and an opaque tag work after the update')
 		  or diag $r->{err};
 	}
+	# 0.6.0's columns on every node: a tag's draw_role, a role created
+	# through the coordinator (Citus propagates it), is resolved by each
+	# node's worker by name; its max_value holds on every node
+	$coord->safe_psql('postgres', q{
+CREATE ROLE drawers; CREATE ROLE member; CREATE ROLE outsider; GRANT drawers TO member;
+INSERT INTO leaf_alloc (biz_tag, step, draw_role, max_value) VALUES ('r', 10, 'drawers', 1000)});
+	my @drawn;
+	for my $n ($coord, @workers)
+	{
+		my $r = try_sql($n, 'postgres', "SET ROLE outsider; SELECT leaf_segment_next('r')");
+		is($r->{sqlstate}, '42501', $n->name . ": a role without the draw_role's privileges is refused") or diag $r->{err};
+		$r = try_sql($n, 'postgres', "SET ROLE member; SELECT leaf_segment_next('r') FROM generate_series(1, 25)");
+		my @ids = split /\n/, $r->{out};
+		push @drawn, @ids;
+		is(scalar(@ids), 25, $n->name . ': a member draws') or diag $r->{err};
+	}
+	# (each node's refills also fill its reserve, up to max_value at most)
+	my $r = try_sql($coord, 'postgres', "SET ROLE member; SELECT count(*) FROM leaf_segment_next('r', 2000)");
+	is($r->{sqlstate}, '2200H', "the tag stops at its max_value (from $from)") or diag $r->{out};
+	my %seen;
+	is(scalar(grep { $seen{$_}++ } @drawn), 0, 'no ID of the restricted tag twice across the nodes');
+	ok(!grep({ $_ > 1000 } @drawn), 'none above its max_value');
 	is( $coord->safe_psql('postgres',
 			'SELECT count(*) FROM leaf_worker WHERE pg_catalog.cardinality(copies) = 3 AND holder_copy IS NOT NULL'),
 		3, "each node pinned the three copies in its row (from $from)");

@@ -194,7 +194,52 @@ $node->safe_psql('from030', q{INSERT INTO leaf_alloc (biz_tag, step, opaque_doma
 $r = try_sql($node, 'from030', "SELECT count(DISTINCT leaf_segment_next('new')) FROM generate_series(1, 50)");
 is($r->{out}, '50', 'a new opaque tag works after the update') or diag $r->{err};
 
-# --- from 0.5.1 (the previous version): leaf_id_worker_status is new -------------
+# --- from 0.5.2 (the previous version): leaf_alloc.max_value and draw_role ----
+# The 0.5.2 catalog is served whole (its rows have no max_value or
+# draw_role: the library does not ask for them); the update adds both columns
+# (NULL: the tags go on as before), re-creates leaf_segment_adopt_sequence and
+# keeps the operator's grants.
+$node->safe_psql('postgres', 'CREATE DATABASE from052');
+$node->safe_psql('from052', q{
+CREATE EXTENSION leaf_id VERSION '0.5.2';
+SELECT leaf_opaque_create('d', 40);
+INSERT INTO leaf_alloc (biz_tag, step) VALUES ('u', 10);
+INSERT INTO leaf_alloc (biz_tag, step, opaque_domain, opaque_grant) VALUES ('o', 10, 'd', leaf_opaque_grant('d', 'o', 1));
+CREATE TABLE ids (phase int, id bigint);
+CREATE ROLE tagadmin052;
+GRANT INSERT, UPDATE ON leaf_alloc TO tagadmin052;
+});
+$r = try_sql($node, 'from052',
+	"INSERT INTO ids SELECT 1, leaf_segment_next('u') FROM generate_series(1, 95); "
+	  . "INSERT INTO ids SELECT 1, leaf_opaque_decode('d', leaf_segment_next('o')) + 1000000 FROM generate_series(1, 95); "
+	  . "SELECT count(DISTINCT leaf_snowflake_next()) FROM generate_series(1, 50)");
+is($r->{out}, '50', 'both modes and an opaque tag work on the 0.5.2 catalog') or diag $r->{err};
+$node->safe_psql('from052', 'ALTER EXTENSION leaf_id UPDATE');
+is($node->safe_psql('from052', "SELECT has_table_privilege('tagadmin052', 'leaf_alloc', 'UPDATE')"),
+	't', "the operator's tag-admin grant on leaf_alloc survives the update");
+$node->safe_psql('from052', 'REVOKE INSERT, UPDATE ON leaf_alloc FROM tagadmin052');
+is($node->safe_psql('from052', $describe), $fresh,
+	'the catalog updated from 0.5.2 equals a fresh install of ' . $version);
+$r = try_sql($node, 'from052',
+	"INSERT INTO ids SELECT 2, leaf_segment_next('u') FROM generate_series(1, 95); "
+	  . "INSERT INTO ids SELECT 2, leaf_opaque_decode('d', leaf_segment_next('o')) + 1000000 FROM generate_series(1, 95); "
+	  . "SELECT count(*) FROM ids");
+is($r->{out}, '380', 'plain and opaque tags work after the update from 0.5.2') or diag $r->{err};
+is( $node->safe_psql('from052',
+		'SELECT (SELECT min(id) FROM ids WHERE phase = 2 AND id < 1000000) > (SELECT max(id) FROM ids WHERE phase = 1 AND id < 1000000) '
+		  . 'AND (SELECT min(id) FROM ids WHERE phase = 2 AND id > 1000000) > (SELECT max(id) FROM ids WHERE phase = 1 AND id > 1000000)'),
+	't', 'after the update from 0.5.2 the plain and the opaque tag go on above their counters before');
+$node->safe_psql('from052', q{
+CREATE ROLE drawer052;
+UPDATE leaf_alloc SET max_value = 215, draw_role = 'drawer052' WHERE biz_tag = 'u';
+SELECT leaf_id_reset_cache();
+});
+$r = try_sql($node, 'from052', "SET ROLE drawer052; SELECT count(*) FROM leaf_segment_next('u', 100)");
+is($r->{sqlstate}, '2200H', "after the update a tag's max_value holds (the tag stops at 215)") or diag $r->{err};
+$r = try_sql($node, 'from052', "CREATE ROLE other052; SET ROLE other052; SELECT leaf_segment_next('u')");
+is($r->{sqlstate}, '42501', "and its draw_role: another role is refused") or diag $r->{err};
+
+# --- from 0.5.1 (catalog 0.5.1): leaf_id_worker_status is new -------------
 # The 0.5.1 catalog is served whole; the update adds leaf_id_worker_status
 # (its function and view, for pg_monitor) and keeps the operator's grants
 # on the objects it does not touch.

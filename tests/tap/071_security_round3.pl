@@ -292,7 +292,7 @@ $node->safe_psql('postgres', 'CREATE DATABASE reference');
 $node->safe_psql('reference', 'CREATE EXTENSION leaf_id');
 my $want = $node->safe_psql('reference', $acls);
 cmp_ok(scalar(split /\n/, $want), '>', 25, 'premise: the ACL listing covers the catalog');
-for my $path (['fresh', undef], ['from051', '0.5.1'], ['from050', '0.5.0'], ['from040', '0.4.0'], ['from030', '0.3.0'], ['from020', '0.2.0'], ['from010', '0.1.0'])
+for my $path (['fresh', undef], ['from052', '0.5.2'], ['from051', '0.5.1'], ['from050', '0.5.0'], ['from040', '0.4.0'], ['from030', '0.3.0'], ['from020', '0.2.0'], ['from010', '0.1.0'])
 {
 	my ($db, $from) = @$path;
 	$node->safe_psql('postgres', "CREATE DATABASE $db");
