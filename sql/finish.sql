@@ -270,6 +270,7 @@ AS $fn$
 DECLARE
     adopted record;
     first_id bigint;
+    seq_max bigint;
 BEGIN
     -- The extension's schema keeps its name until this transaction ends (its
     -- pg_namespace row is locked), and it is the name this body was written
@@ -299,6 +300,8 @@ BEGIN
             USING ERRCODE = '42710',
                   HINT = 'Adopt the sequence under a new tag, or switch the default yourself to leaf_segment_next() of the existing tag after raising its max_id above the column''s values.';
     END IF;
+    -- the sequence's own bound, before the adoption freezes it
+    SELECT s.seqmax INTO seq_max FROM pg_catalog.pg_sequence s WHERE s.seqrelid = seq;
     SELECT * INTO adopted FROM @extschema@.leaf_id_adopt_sequence(
         seq, pg_catalog.format('%I.leaf_segment_next(%L::text)', (SELECT n.nspname FROM pg_catalog.pg_extension e
                    JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'leaf_id'), tag), true);
@@ -306,14 +309,17 @@ BEGIN
         RAISE EXCEPTION 'sequence % has reached the largest bigint', seq USING ERRCODE = '2200H';
     END IF;
     first_id := pg_catalog.int8larger(adopted.largest + 1, 1);
-    -- a concurrent adoption of the same tag fails here with 23505; the tag
-    -- issues nothing its column cannot hold (max_value: 2200H instead of
-    -- 22003 at the insert, and no role can burn the range for it)
+    -- the tag issues nothing its column cannot hold, nor above the
+    -- sequence's MAXVALUE (max_value: 2200H instead of 22003 at the insert)
+    seq_max := pg_catalog.int8smaller(seq_max,
+        CASE WHEN adopted.column_type = 'pg_catalog.int2'::pg_catalog.regtype THEN 32767
+             WHEN adopted.column_type = 'pg_catalog.int4'::pg_catalog.regtype THEN 2147483647
+             ELSE 9223372036854775807 END);
+    -- a concurrent adoption of the same tag fails here with 23505
     INSERT INTO @extschema@.leaf_alloc (biz_tag, max_id, step, description, max_value)
     VALUES (tag, first_id, step, pg_catalog.format('adopted from sequence %s of %s.%I',
                                                    seq, adopted.owner_table, adopted.owner_column),
-            CASE WHEN adopted.column_type = 'pg_catalog.int2'::pg_catalog.regtype THEN 32767
-                 WHEN adopted.column_type = 'pg_catalog.int4'::pg_catalog.regtype THEN 2147483647 END);
+            NULLIF(seq_max, 9223372036854775807));
     RETURN first_id;
 END
 $fn$;

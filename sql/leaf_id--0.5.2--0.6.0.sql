@@ -37,15 +37,8 @@ SELECT pg_catalog.set_config('leaf_id_update.ddl_propagation',
        pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true)
  WHERE pg_catalog.current_setting('citus.enable_ddl_propagation', true) IS NOT NULL;
 
--- On Citus (see leaf_id--0.2.0--0.3.0.sql): each node alters its own table
--- and its own shard, with Citus' DDL propagation off for the script.
-SELECT pg_catalog.set_config('leaf_id_update.ddl_propagation',
-                             pg_catalog.current_setting('citus.enable_ddl_propagation', true), true),
-       pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true)
- WHERE pg_catalog.current_setting('citus.enable_ddl_propagation', true) IS NOT NULL;
-
 ALTER TABLE leaf_alloc ADD COLUMN max_value bigint, ADD COLUMN draw_role pg_catalog.name;
-COMMENT ON COLUMN leaf_alloc.max_value IS 'The largest value the tag may issue (an opaque tag: the largest counter value); a refill that would pass it is refused (2200H). NULL: no bound but the bigint''s (or the opaque domain''s). leaf_segment_adopt_sequence sets it to the largest value of an integer or smallint column. Changes apply at the next refill; what is reserved already is handed out.';
+COMMENT ON COLUMN leaf_alloc.max_value IS 'The largest value the tag may issue (an opaque tag: the largest counter value); a refill that would pass it is refused (2200H). NULL: no bound but the bigint''s (or the opaque domain''s). leaf_segment_adopt_sequence sets it to the largest value the adopted column''s type and its sequence''s MAXVALUE allow. Changes apply at the next refill; what is reserved already is handed out.';
 COMMENT ON COLUMN leaf_alloc.draw_role IS 'A role name: only superusers and roles with the privileges of this role (members that inherit them) may draw the tag''s IDs, others get 42501. NULL: every role that may run leaf_segment_next. A name no role has leaves the tag to superusers. Changes apply at the tag''s next refill (SELECT leaf_id_reset_cache() applies them at once).';
 
 -- On Citus, this node's copy of leaf_alloc (a shard of the reference table)
@@ -91,8 +84,8 @@ BEGIN
 END
 $do$;
 
--- as a fresh install of 0.6.0 has it: an adopted integer or smallint
--- column's tag gets its max_value
+-- as a fresh install of 0.6.0 has it: an adopted tag gets the largest
+-- value its column and its sequence allow as max_value
 CREATE OR REPLACE FUNCTION leaf_segment_adopt_sequence(seq regclass, tag text, step integer DEFAULT 1000) RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -100,6 +93,7 @@ AS $fn$
 DECLARE
     adopted record;
     first_id bigint;
+    seq_max bigint;
 BEGIN
     -- The extension's schema keeps its name until this transaction ends (its
     -- pg_namespace row is locked), and it is the name this body was written
@@ -129,6 +123,8 @@ BEGIN
             USING ERRCODE = '42710',
                   HINT = 'Adopt the sequence under a new tag, or switch the default yourself to leaf_segment_next() of the existing tag after raising its max_id above the column''s values.';
     END IF;
+    -- the sequence's own bound, before the adoption freezes it
+    SELECT s.seqmax INTO seq_max FROM pg_catalog.pg_sequence s WHERE s.seqrelid = seq;
     SELECT * INTO adopted FROM @extschema@.leaf_id_adopt_sequence(
         seq, pg_catalog.format('%I.leaf_segment_next(%L::text)', (SELECT n.nspname FROM pg_catalog.pg_extension e
                    JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'leaf_id'), tag), true);
@@ -136,14 +132,17 @@ BEGIN
         RAISE EXCEPTION 'sequence % has reached the largest bigint', seq USING ERRCODE = '2200H';
     END IF;
     first_id := pg_catalog.int8larger(adopted.largest + 1, 1);
-    -- a concurrent adoption of the same tag fails here with 23505; the tag
-    -- issues nothing its column cannot hold (max_value: 2200H instead of
-    -- 22003 at the insert, and no role can burn the range for it)
+    -- the tag issues nothing its column cannot hold, nor above the
+    -- sequence's MAXVALUE (max_value: 2200H instead of 22003 at the insert)
+    seq_max := pg_catalog.int8smaller(seq_max,
+        CASE WHEN adopted.column_type = 'pg_catalog.int2'::pg_catalog.regtype THEN 32767
+             WHEN adopted.column_type = 'pg_catalog.int4'::pg_catalog.regtype THEN 2147483647
+             ELSE 9223372036854775807 END);
+    -- a concurrent adoption of the same tag fails here with 23505
     INSERT INTO @extschema@.leaf_alloc (biz_tag, max_id, step, description, max_value)
     VALUES (tag, first_id, step, pg_catalog.format('adopted from sequence %s of %s.%I',
                                                    seq, adopted.owner_table, adopted.owner_column),
-            CASE WHEN adopted.column_type = 'pg_catalog.int2'::pg_catalog.regtype THEN 32767
-                 WHEN adopted.column_type = 'pg_catalog.int4'::pg_catalog.regtype THEN 2147483647 END);
+            NULLIF(seq_max, 9223372036854775807));
     RETURN first_id;
 END
 $fn$;

@@ -42,13 +42,19 @@ pub(crate) struct Reserved {
 fn draw_role_oid(client: &mut pgrx::spi::SpiClient, name: Option<String>) -> Result<u32, JobError> {
     let Some(name) = name else { return Ok(0) };
     let oid = client
-        .select(sql::role_oid(), None, &[name.into()])
+        .select(sql::role_oid(), None, &[name.as_str().into()])
         .map_err(spi_err)?
         .into_iter()
         .next()
         .and_then(|r| r.get::<pg_sys::Oid>(1).ok().flatten())
-        .map_or(1, |o| o.to_u32());
-    Ok(oid)
+        .map(|o| o.to_u32());
+    if oid.is_none() {
+        pgrx::warning!(
+            "leaf_id: the draw_role of a tag in leaf_alloc names \"{}\", which no role of this server is called: only superusers may draw that tag's IDs",
+            name
+        );
+    }
+    Ok(oid.unwrap_or(1))
 }
 
 /// leaf_alloc's OID (the reserve is bound to the table it came from).

@@ -248,7 +248,8 @@ pub fn next_id(tag: &str) -> i64 {
         // (a slot given to another tag since is not asked: the pop drops
         // the run, and the take below checks)
         let slot = sh.tag(i);
-        if slot.epoch.load(SeqCst) == epoch && !may_draw(slot) {
+        // (the epoch read after the role: unchanged, the role was this tag's)
+        if !may_draw(slot) && slot.epoch.load(SeqCst) == epoch {
             not_drawer(tag)
         }
         let kept = OPAQUE_RUNS.with(|r| {
@@ -343,6 +344,12 @@ fn take_ids(
         // takes nothing (a range of a first refill, whose role was not yet
         // known here, is checked again after the take)
         if !may_draw(slot) {
+            // (the epoch read after the role: a slot given to another tag
+            // since this session cached it is not this tag's refusal)
+            if slot.epoch.load(SeqCst) != epoch {
+                forget(tag);
+                continue;
+            }
             if deadline.is_some() {
                 backend::end_wait();
             }
@@ -369,6 +376,10 @@ fn take_ids(
                     }
                     // (stored before the publish, as the encoding)
                     if !may_draw(slot) {
+                        if slot.epoch.load(SeqCst) != epoch {
+                            // not this tag's take: a gap
+                            break;
+                        }
                         if deadline.is_some() {
                             backend::end_wait();
                         }
@@ -423,6 +434,9 @@ fn take_ids(
         if error_seq != seen {
             // the worker's answer to this call
             let (code, message) = slot.error.get();
+            // who may read it: the role the worker stored with it (read
+            // before the slot may be given back below)
+            let draw_role = slot.draw_role.load(SeqCst);
             // a slot that never had a segment (its first refill failed) is
             // given back: the slots are shared by every database, and
             // calls with tags that cannot be refilled (a Citus node down,
@@ -442,7 +456,7 @@ fn take_ids(
             }
             backend::end_wait();
             // (the error may tell of the row: for those who may draw it)
-            if !may_draw(slot) {
+            if draw_role != 0 && !has_privs_of(draw_role) {
                 not_drawer(tag)
             }
             raise_recorded(code, message);
@@ -552,12 +566,17 @@ fn leaf_segment_status() -> TableIterator<
         if slot.dboid.load(SeqCst) != dboid || slot.status() == TagStatus::Free {
             continue;
         }
+        // a tag's draw_role hides its counters as USAGE hides a sequence's
+        // last_value in pg_sequences (asked before the slot's lock, which
+        // the catalog lookup must not hold; the epoch tells it was this tag's)
+        let epoch = slot.epoch.load(SeqCst);
+        let drawable = may_draw(slot);
         let _g = sh.lock_tag(i);
-        if slot.dboid.load(SeqCst) != dboid {
+        if slot.dboid.load(SeqCst) != dboid || slot.epoch.load(SeqCst) != epoch {
             continue;
         }
         let (b0, b1) = (slot.pair.view(0), slot.pair.view(1));
-        let shown = may_decode || slot.encoding.domain().is_none();
+        let shown = (may_decode || slot.encoding.domain().is_none()) && drawable;
         let counter = |v: i64| shown.then_some(v);
         rows.push((
             slot.tag(),

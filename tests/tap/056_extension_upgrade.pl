@@ -214,7 +214,14 @@ $r = try_sql($node, 'from052',
 	  . "INSERT INTO ids SELECT 1, leaf_opaque_decode('d', leaf_segment_next('o')) + 1000000 FROM generate_series(1, 95); "
 	  . "SELECT count(DISTINCT leaf_snowflake_next()) FROM generate_series(1, 50)");
 is($r->{out}, '50', 'both modes and an opaque tag work on the 0.5.2 catalog') or diag $r->{err};
-$node->safe_psql('from052', 'ALTER EXTENSION leaf_id UPDATE');
+# (in one transaction with the caller's citus.enable_ddl_propagation on: the
+# script turns it off for itself and must put it back, or a migration's later
+# DDL in that transaction would not reach the shards; a placeholder setting
+# without Citus shows it)
+is( $node->safe_psql('from052',
+		"BEGIN; SET LOCAL citus.enable_ddl_propagation = on; ALTER EXTENSION leaf_id UPDATE; "
+		  . "SHOW citus.enable_ddl_propagation; COMMIT"),
+	'on', "the update puts the caller's citus.enable_ddl_propagation back");
 is($node->safe_psql('from052', "SELECT has_table_privilege('tagadmin052', 'leaf_alloc', 'UPDATE')"),
 	't', "the operator's tag-admin grant on leaf_alloc survives the update");
 $node->safe_psql('from052', 'REVOKE INSERT, UPDATE ON leaf_alloc FROM tagadmin052');

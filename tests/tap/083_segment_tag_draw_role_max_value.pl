@@ -7,13 +7,16 @@
 #    another role, and takes nothing (the tag's next ID follows the last one
 #    handed out). A NOINHERIT member needs SET ROLE; a changed draw_role
 #    applies after leaf_id_reset_cache(); a name no role has leaves the tag to
-#    superusers; NULL opens it again.
+#    superusers; NULL opens it again. A session whose cached slot of an open
+#    tag went to a restricted one is not refused (review F1). pg_monitor sees
+#    a restricted tag's counters only with the draw_role's privileges.
 # B. leaf_alloc.max_value: the tag issues exactly the values up to it, then
 #    2200H (also a batch call, also after a restart, an opaque tag's counter
 #    too); raising it lets the tag go on above.
 # C. leaf_segment_adopt_sequence gives an integer column's tag max_value
-#    2147483647 (a smallint's 32767, a bigint's none): the column's inserts
-#    stop with 2200H at its largest value, never with 22003.
+#    2147483647 (a smallint's 32767, a bigint's none, a sequence's lower
+#    MAXVALUE that one): the column's inserts stop with 2200H at its largest
+#    value, never with 22003.
 
 use strict;
 use warnings;
@@ -34,6 +37,7 @@ CREATE ROLE alice LOGIN;
 CREATE ROLE mallory LOGIN;
 CREATE ROLE bob LOGIN NOINHERIT;
 CREATE ROLE other_app NOLOGIN;
+CREATE ROLE watcher LOGIN IN ROLE pg_monitor;
 GRANT orders_app TO alice;
 GRANT orders_app TO bob;
 SELECT leaf_opaque_create('d', 32);
@@ -108,6 +112,35 @@ is_deeply([ map { $node->safe_psql('postgres', "SELECT leaf_opaque_decode('d', $
 	[ 1, 2, 3 ], "the opaque tag's IDs decode to 1, 2, 3: nothing of the run went to mallory");
 $s->quit;
 
+# a pg_monitor member sees a restricted tag without its counters (as
+# pg_sequences hides last_value without USAGE), an open tag with them
+$r = as('watcher', "SELECT tag || ':' || coalesce(buffer0_end::text, 'NULL') || ':' || coalesce(refills::text, 'NULL') "
+	  . "FROM leaf_segment_status WHERE tag IN ('orders', 'open') ORDER BY tag");
+like($r->{out}, qr/^open:\d+:1\norders:NULL:NULL$/, "pg_monitor sees the open tag's counters, not the restricted tag's")
+  or diag "$r->{out} $r->{err}";
+$r = try_sql($node, 'postgres', "GRANT orders_app TO watcher; SET ROLE watcher; "
+	  . "SELECT coalesce(buffer0_end::text, 'NULL') FROM leaf_segment_status WHERE tag = 'orders'");
+like($r->{out}, qr/^\d+$/, "and the restricted tag's with the draw_role's privileges") or diag $r->{err};
+
+# A session caches the slot of the open tag; the cache is reset and a
+# restricted tag takes that slot: the session's next call of the open tag
+# is not refused for the other tag's draw_role (it looks its tag up again)
+$node->safe_psql('postgres', q{
+INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('open2', 1, 100);
+INSERT INTO leaf_alloc (biz_tag, max_id, step, draw_role) VALUES ('secret2', 1, 100, 'orders_app')});
+# (slots are taken lowest first: with the cache reset, each tag drawn first
+# takes slot 0)
+$node->safe_psql('postgres', "SELECT leaf_id_reset_cache()");
+$s = session($node, 'postgres');
+($out, $err, $state) = session_query($s, "SET ROLE mallory; SELECT leaf_segment_next('open2');");
+is($out, '1', "mallory's session draws the open tag") or diag $err;
+$node->safe_psql('postgres', "SELECT leaf_id_reset_cache(); SELECT leaf_segment_next('secret2')");
+($out, $err, $state) = session_query($s, "SELECT leaf_segment_next('open2');");
+is($state, undef, "after its slot went to other tags, the session's next call of the open tag is not refused")
+  or diag $err;
+cmp_ok($out, '>', 1, 'and gets a new ID');
+$s->quit;
+
 # a changed draw_role applies after leaf_id_reset_cache()
 $node->safe_psql('postgres',
 	"UPDATE leaf_alloc SET draw_role = 'other_app' WHERE biz_tag = 'orders'; SELECT leaf_id_reset_cache()");
@@ -176,16 +209,19 @@ $node->safe_psql(
 CREATE TABLE t_int (id serial PRIMARY KEY, v int);
 CREATE TABLE t_small (id smallserial PRIMARY KEY, v int);
 CREATE TABLE t_big (id bigserial PRIMARY KEY, v int);
+CREATE TABLE t_capped (id bigserial PRIMARY KEY, v int);
+ALTER SEQUENCE t_capped_id_seq MAXVALUE 5000;
 INSERT INTO t_int (v) VALUES (1), (2);
 SELECT leaf_segment_adopt_sequence('t_int_id_seq', 'adopted_int', 10);
 SELECT leaf_segment_adopt_sequence('t_small_id_seq', 'adopted_small', 10);
 SELECT leaf_segment_adopt_sequence('t_big_id_seq', 'adopted_big', 10);
+SELECT leaf_segment_adopt_sequence('t_capped_id_seq', 'adopted_capped', 10);
 });
 is($node->safe_psql('postgres',
 		"SELECT string_agg(biz_tag || '=' || coalesce(max_value::text, 'NULL'), ',' ORDER BY biz_tag) "
 		  . "FROM leaf_alloc WHERE biz_tag LIKE 'adopted%'"),
-	'adopted_big=NULL,adopted_int=2147483647,adopted_small=32767',
-	"adoption sets max_value to the column type's largest value");
+	'adopted_big=NULL,adopted_capped=5000,adopted_int=2147483647,adopted_small=32767',
+	"adoption sets max_value to the largest value of the column's type and the sequence's MAXVALUE");
 $node->safe_psql('postgres', "UPDATE leaf_alloc SET max_id = 2147483640 WHERE biz_tag = 'adopted_int'");
 $r = try_sql($node, 'postgres', "INSERT INTO t_int (v) VALUES (0);\n" x 10 . "SELECT max(id) FROM t_int;");
 is($r->{sqlstate}, '2200H', "the integer column's inserts stop with 2200H, not 22003") or diag $r->{err};
