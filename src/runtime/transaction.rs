@@ -237,6 +237,60 @@ fn bound_citus_waits() {
     }
 }
 
+/// The timeouts of `FORCED_SETTINGS` that Citus' sessions on the other
+/// nodes (a refill's write to every copy of a reference table, a claim's)
+/// would otherwise take from their database's settings there, which its
+/// owner may set to 1 ms: each job sets them for its transaction with
+/// Citus' SET propagation on (`citus.propagate_set_commands = 'local'`
+/// sends a `SET LOCAL` run in a DO block to every node the transaction
+/// reaches). `default_transaction_read_only` cannot be undone so (a
+/// transaction's first query decides it), nor the sessions that
+/// `master_run_on_worker` opens (renewals, take-over reads): docs/citus.md.
+const REMOTE_FORCED_SETTINGS: &[&CStr] = &[
+    // (first: its timer runs from the remote transaction's start, so a
+    // short one may still end a cold session before this is read)
+    c"transaction_timeout",
+    c"statement_timeout",
+    c"lock_timeout",
+    c"idle_in_transaction_session_timeout",
+];
+
+/// The DO statement that sets `REMOTE_FORCED_SETTINGS` (those this server
+/// has) for the job's transaction and Citus' sessions in it.
+fn citus_remote_settings_sql() -> &'static str {
+    static SQL: once_cell::sync::OnceCell<String> = once_cell::sync::OnceCell::new();
+    SQL.get_or_init(|| {
+        let mut body = String::from("SET LOCAL citus.propagate_set_commands = 'local';\n");
+        for name in REMOTE_FORCED_SETTINGS {
+            if !setting_defined(name) {
+                continue;
+            }
+            let value = FORCED_SETTINGS
+                .iter()
+                .chain(OPTIONAL_FORCED_SETTINGS)
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.to_str().expect("ASCII"))
+                .expect("a forced setting");
+            // (constants of this file: no value from outside)
+            body.push_str(&format!(
+                "SET LOCAL {} = '{}';\n",
+                name.to_str().expect("ASCII"),
+                value
+            ));
+        }
+        format!("DO $leaf_id_remote$\nBEGIN\n{body}END\n$leaf_id_remote$")
+    })
+}
+
+/// On a server with Citus: the job's transaction, and the sessions Citus
+/// opens on other nodes for it, get the worker's timeouts.
+fn force_remote_settings() -> Result<(), JobError> {
+    if !citus_loaded() {
+        return Ok(());
+    }
+    Spi::run(citus_remote_settings_sql()).map_err(crate::runtime::job::spi_err)
+}
+
 /// Is a setting defined (by PostgreSQL or a loaded library)?
 fn setting_defined(name: &CStr) -> bool {
     unsafe { !pg_sys::GetConfigOption(name.as_ptr(), true, false).is_null() }
@@ -285,7 +339,7 @@ pub(crate) fn in_transaction<T>(
             {
                 let older = OLDER_CATALOGS.iter().copied().find(|v| *v == version);
                 JOB_CATALOG.with(|c| c.set(older));
-                (job.0)(&schema)
+                force_remote_settings().and_then(|()| (job.0)(&schema))
             }
             Ok(Some((_, version))) => Err(JobError::new(
                 PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
