@@ -41,9 +41,28 @@ impl JobError {
                     self.message.lines().next().unwrap_or("").trim_end()
                 ),
             )
+        } else if self.is_worker_lock_timeout() {
+            // (the message is about the worker's statement, which the
+            // caller did not run)
+            (
+                self.sqlstate,
+                format!(
+                    "the leaf_id background worker waited longer than its lock_timeout ({}) for a lock that another transaction holds on leaf_id's tables ({}); see pg_locks",
+                    crate::runtime::transaction::WORKER_LOCK_TIMEOUT,
+                    self.message.lines().next().unwrap_or("").trim_end()
+                ),
+            )
         } else {
             (self.sqlstate, self.message.clone())
         }
+    }
+
+    /// Did the worker's own `lock_timeout` end its statement?
+    fn is_worker_lock_timeout(&self) -> bool {
+        self.sqlstate == code_of(PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE)
+            && self
+                .message
+                .starts_with("canceling statement due to lock timeout")
     }
 
     /// Class 08: a connection (on Citus, to another node) failed.

@@ -426,7 +426,8 @@ impl SegmentJobs {
                         if let Some(role) = draw_role_seen.get() {
                             slot.draw_role.store(role, SeqCst);
                         }
-                        slot.error.set(e.sqlstate, &e.message)
+                        let (code, message) = e.for_callers();
+                        slot.error.set(code, &message)
                     }
                 }
             }

@@ -8,7 +8,11 @@
 #     retries, and the call gets its ID once the lock is gone;
 #  B. snowflake: a worker id claim blocked on a table lock is canceled; the
 #     waiting call gets 55P03 naming the worker's canceled statement (not
-#     57014), and a later call gets an ID.
+#     57014), and a later call gets an ID;
+#  C. segment: a refill blocked on a row lock longer than the worker's own
+#     lock_timeout (5 s): the waiting call gets 55P03 saying that the
+#     worker waited for a lock, not a bare "canceling statement due to lock
+#     timeout" about a statement it did not run.
 use strict;
 use warnings;
 use FindBin;
@@ -71,6 +75,19 @@ $holder->query_safe('COMMIT');
 $holder->quit;
 my $r = try_sql($node, 'postgres', 'SET leaf_id.refill_timeout = 20000; SELECT leaf_snowflake_next()');
 like($r->{out}, qr/^\d+$/, 'B: a later call gets an ID') or diag $r->{err};
+
+# --- C: the worker's own lock timeout ------------------------------------------
+$node->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step, max_id) VALUES ('l', 10, 100)});
+$holder = $node->background_psql('postgres');
+$holder->query_safe(q{BEGIN; SELECT * FROM leaf_alloc WHERE biz_tag = 'l' FOR UPDATE});
+$r = try_sql($node, 'postgres', "SELECT leaf_segment_next('l')", timeout => 60);
+$holder->query_safe('COMMIT');
+$holder->quit;
+is($r->{sqlstate}, '55P03', 'C: a refill held past the worker\'s lock_timeout: the call gets 55P03') or diag $r->{err};
+like($r->{err}, qr/the leaf_id background worker waited longer than its lock_timeout \(5s\) for a lock that another transaction holds/,
+	'C: saying that the worker waited for a lock') or diag $r->{err};
+$r = try_sql($node, 'postgres', "SELECT leaf_segment_next('l')");
+is($r->{out}, '100', 'C: with the lock gone the tag gives its first ID') or diag $r->{err};
 
 $node->stop;
 done_testing();
