@@ -92,7 +92,7 @@ mod tests {
             "SELECT count(*) FROM pg_settings WHERE name LIKE 'leaf_id.%' AND short_desc <> ''",
         )
         .unwrap();
-        assert_eq!(n, Some(21));
+        assert_eq!(n, Some(22));
     }
 
     #[pg_test(error = "cannot execute leaf_segment_next() in a read-only transaction")]

@@ -29,6 +29,7 @@ pub static LEASE_AHEAD: GucSetting<i32> = GucSetting::<i32>::new(3000);
 pub static TEST_CLOCK_OFFSET_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
 pub static TEST_FAULT_POINT: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 pub static TEST_MARKS: GucSetting<i32> = GucSetting::<i32>::new(0);
+pub static TEST_SNOWFLAKE_TAKE_PAUSE_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
 
 /// `preloading`: PGC_POSTMASTER settings can only be defined while
 /// shared_preload_libraries is processed; loaded later (a misconfiguration
@@ -207,6 +208,16 @@ pub fn register(preloading: bool) {
         GucContext::Suset,
         GucFlags::UNIT_MS,
     );
+    GucRegistry::define_int_guc(
+        c"leaf_id.test_snowflake_take_pause_ms",
+        c"FOR TESTS ONLY: a snowflake call pauses this long before it takes from the generator and again after it, once per call.",
+        c"Lets a test give the database's shared slot to another database and back inside a call. 0: never. Superuser only.",
+        &TEST_SNOWFLAKE_TAKE_PAUSE_MS,
+        0,
+        600_000,
+        GucContext::Suset,
+        GucFlags::UNIT_MS,
+    );
     GucRegistry::define_string_guc(
         c"leaf_id.test_fault_point",
         c"FOR TESTS ONLY: the background worker crashes or pauses when it reaches the named point; empty: never.",
@@ -229,6 +240,17 @@ pub fn fault_point(name: &str) {
     if fault_point_is(name) {
         pgrx::log!("leaf_id: leaf_id.test_fault_point = {name}: crashing");
         std::process::abort();
+    }
+}
+
+/// The pause of a snowflake call around its take
+/// (`leaf_id.test_snowflake_take_pause_ms`; a plain read when it is 0).
+#[inline]
+pub fn snowflake_take_pause(step: &str) {
+    let ms = TEST_SNOWFLAKE_TAKE_PAUSE_MS.get();
+    if ms > 0 {
+        pgrx::log!("leaf_id: leaf_id.test_snowflake_take_pause_ms: pausing {ms} ms {step}");
+        std::thread::sleep(std::time::Duration::from_millis(ms as u64));
     }
 }
 

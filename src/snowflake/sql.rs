@@ -90,6 +90,7 @@ fn next_ids(want: i64, batch: bool) -> (i64, i64) {
     // (slot, its assignment, error count) when this call first waited: a
     // later error of the same slot and assignment is the answer to it
     let mut seen_error: Option<(usize, u64, u64)> = None;
+    let mut paused = false;
     loop {
         // looked up on every round: the slot of a database whose workers
         // have left it may go to another database (`Shared::db_slot`)
@@ -107,12 +108,19 @@ fn next_ids(want: i64, batch: bool) -> (i64, i64) {
                 max_backward_ms: settings::MAX_BACKWARD_MS.get() as i64,
                 random_start: settings::RANDOM_SEQUENCE_START.get(),
             };
+            if !paused {
+                settings::snowflake_take_pause("before the take");
+            }
             let got = if batch {
                 slot.generator
                     .next_batch_ids(&cfg, &PgClock, &mut random, want)
             } else {
                 slot.generator.next_ids(&cfg, &PgClock, &mut random, want)
             };
+            if !paused {
+                paused = true;
+                settings::snowflake_take_pause("after the take");
+            }
             match got {
                 Ok(_) if slot.assigned.load(SeqCst) != assigned => {
                     // the slot was given away since the lookup (and maybe
