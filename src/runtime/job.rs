@@ -5,6 +5,11 @@
 use crate::errors::code_of;
 use pgrx::prelude::*;
 
+/// The worker's own `lock_timeout` (`transaction::FORCED_SETTINGS`), which
+/// the callers' message names when it ends a job's statement.
+pub const WORKER_LOCK_TIMEOUT: &str = "5s";
+pub const WORKER_LOCK_TIMEOUT_C: &std::ffi::CStr = c"5s";
+
 /// An error from a job, handed to the callers waiting for it.
 #[derive(Debug)]
 pub struct JobError {
@@ -48,7 +53,7 @@ impl JobError {
                 self.sqlstate,
                 format!(
                     "the leaf_id background worker waited longer than its lock_timeout ({}) for a lock that another transaction holds on leaf_id's tables ({}); see pg_locks",
-                    crate::runtime::transaction::WORKER_LOCK_TIMEOUT,
+                    WORKER_LOCK_TIMEOUT,
                     self.message.lines().next().unwrap_or("").trim_end()
                 ),
             )

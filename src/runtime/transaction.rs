@@ -101,11 +101,6 @@ pub fn needs_current_catalog(what: &str) -> JobError {
     )
 }
 
-/// The worker's own `lock_timeout` (named in the callers' message when it
-/// ends a job's statement).
-pub const WORKER_LOCK_TIMEOUT: &str = "5s";
-const WORKER_LOCK_TIMEOUT_C: &CStr = c"5s";
-
 /// The settings the worker's session forces, over whatever the database,
 /// the role or postgresql.conf set (`ALTER DATABASE ... SET` included).
 pub const FORCED_SETTINGS: &[(&CStr, &CStr)] = &[
@@ -127,7 +122,7 @@ pub const FORCED_SETTINGS: &[(&CStr, &CStr)] = &[
     // worker's statements, transactions or session (a database owner may
     // ALTER DATABASE ... SET any of them): its own lock timeout, the rest off
     // (transaction_timeout, PostgreSQL 17 on, in OPTIONAL_FORCED_SETTINGS)
-    (c"lock_timeout", WORKER_LOCK_TIMEOUT_C),
+    (c"lock_timeout", crate::runtime::job::WORKER_LOCK_TIMEOUT_C),
     (c"statement_timeout", c"0"),
     (c"idle_in_transaction_session_timeout", c"0"),
     (c"idle_session_timeout", c"0"),
