@@ -260,25 +260,20 @@ const REMOTE_FORCED_SETTINGS: &[&CStr] = &[
 fn citus_remote_settings_sql() -> &'static str {
     static SQL: once_cell::sync::OnceCell<String> = once_cell::sync::OnceCell::new();
     SQL.get_or_init(|| {
-        let mut body = String::from("SET LOCAL citus.propagate_set_commands = 'local';\n");
-        for name in REMOTE_FORCED_SETTINGS {
-            if !setting_defined(name) {
-                continue;
-            }
-            let value = FORCED_SETTINGS
-                .iter()
-                .chain(OPTIONAL_FORCED_SETTINGS)
-                .find(|(n, _)| n == name)
-                .map(|(_, v)| v.to_str().expect("ASCII"))
-                .expect("a forced setting");
-            // (constants of this file: no value from outside)
-            body.push_str(&format!(
-                "SET LOCAL {} = '{}';\n",
-                name.to_str().expect("ASCII"),
-                value
-            ));
-        }
-        format!("DO $leaf_id_remote$\nBEGIN\n{body}END\n$leaf_id_remote$")
+        let settings: Vec<(&str, &str)> = REMOTE_FORCED_SETTINGS
+            .iter()
+            .filter(|name| setting_defined(name))
+            .map(|name| {
+                let value = FORCED_SETTINGS
+                    .iter()
+                    .chain(OPTIONAL_FORCED_SETTINGS)
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| v.to_str().expect("ASCII"))
+                    .expect("a forced setting");
+                (name.to_str().expect("ASCII"), value)
+            })
+            .collect();
+        crate::runtime::worker_sql::set_local_propagated(&settings)
     })
 }
 

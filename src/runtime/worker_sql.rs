@@ -210,6 +210,18 @@ pub const SHOW_SHARDS: &str =
 pub const ALLOW_SHARD_WRITES: &str =
     "SELECT pg_catalog.set_config('citus.enable_manual_changes_to_shards', 'on', true)";
 
+/// A DO statement that sets each (setting, value) with `SET LOCAL` and Citus'
+/// SET propagation on, so that the sessions Citus opens on other nodes in
+/// the transaction get them too (`transaction::force_remote_settings`).
+/// The names and values are the worker's own constants, never input.
+pub fn set_local_propagated(settings: &[(&str, &str)]) -> String {
+    let mut body = String::from("SET LOCAL citus.propagate_set_commands = 'local';\n");
+    for (name, value) in settings {
+        body.push_str(&format!("SET LOCAL {name} = '{value}';\n"));
+    }
+    format!("DO $leaf_id_remote$\nBEGIN\n{body}END\n$leaf_id_remote$")
+}
+
 /// Run $3 (one statement per node) on hosts $1, ports $2, in parallel.
 pub const RUN_ON_WORKERS_PARALLEL: &str = "SELECT node_name, node_port, success, result \
      FROM pg_catalog.master_run_on_worker($1, $2, $3, true)";
