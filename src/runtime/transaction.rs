@@ -260,7 +260,7 @@ const REMOTE_FORCED_SETTINGS: &[&CStr] = &[
 fn citus_remote_settings_sql() -> &'static str {
     static SQL: once_cell::sync::OnceCell<String> = once_cell::sync::OnceCell::new();
     SQL.get_or_init(|| {
-        let settings: Vec<(&str, &str)> = REMOTE_FORCED_SETTINGS
+        let settings: Vec<(&'static str, &'static str)> = REMOTE_FORCED_SETTINGS
             .iter()
             .filter(|name| setting_defined(name))
             .map(|name| {

@@ -213,10 +213,22 @@ pub const ALLOW_SHARD_WRITES: &str =
 /// A DO statement that sets each (setting, value) with `SET LOCAL` and Citus'
 /// SET propagation on, so that the sessions Citus opens on other nodes in
 /// the transaction get them too (`transaction::force_remote_settings`).
-/// The names and values are the worker's own constants, never input.
-pub fn set_local_propagated(settings: &[(&str, &str)]) -> String {
+/// `SET` takes no parameters, so the names and values are written into the
+/// text: only the worker's own constants (`'static`), and only letters,
+/// digits, `_` and `.` (anything else panics: nothing can end the literal
+/// or the dollar quote).
+pub fn set_local_propagated(settings: &[(&'static str, &'static str)]) -> String {
+    let plain = |t: &str| {
+        !t.is_empty()
+            && t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
+    };
     let mut body = String::from("SET LOCAL citus.propagate_set_commands = 'local';\n");
     for (name, value) in settings {
+        assert!(
+            plain(name) && plain(value),
+            "not a plain setting: {name} = {value}"
+        );
         body.push_str(&format!("SET LOCAL {name} = '{value}';\n"));
     }
     format!("DO $leaf_id_remote$\nBEGIN\n{body}END\n$leaf_id_remote$")
@@ -639,6 +651,22 @@ pub fn build_on_server(
 
 #[cfg(test)]
 mod tests {
+    use super::set_local_propagated;
+
+    /// Only plain constants reach `SET LOCAL`'s text.
+    #[test]
+    fn set_local_propagated_writes_only_plain_constants() {
+        let sql = set_local_propagated(&[("statement_timeout", "0"), ("lock_timeout", "5s")]);
+        assert!(sql.contains("SET LOCAL lock_timeout = '5s';"));
+        for bad in [
+            ("lock_timeout", "1'; DROP"),
+            ("x$leaf_id_remote$", "0"),
+            ("a", ""),
+        ] {
+            assert!(std::panic::catch_unwind(|| set_local_propagated(&[bad])).is_err());
+        }
+    }
+
     /// Nothing outside this module formats SQL text: no `format!` whose
     /// text starts a statement (a new one that pastes a name or value into
     /// SQL must be written here, where the rules are).
