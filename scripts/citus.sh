@@ -34,9 +34,6 @@ PGSHARE=$("$PG_CONFIG" --sharedir)
 # sha256 of citus-13.2.2.tar.gz (../shared/vendor/README.md); another tarball
 # needs LEAF_ID_CITUS_SHA256 set to its own checksum.
 SHA256=${LEAF_ID_CITUS_SHA256:-dd2453caec20a830e5e63f1def5c5a98cb6f57ae510407cdcd800916fcdab430}
-PACKAGES=(build-essential liblz4-dev libzstd-dev libkrb5-dev)
-# the system 15 needs its headers package; a wheel has its headers
-[ "$PG_MAJOR" = 15 ] && [ "$PG_CONFIG" = /usr/lib/postgresql/15/bin/pg_config ] && PACKAGES+=(postgresql-server-dev-15)
 MODE=${1:-install}
 
 installed() { [ -e "$PGLIB/citus.so" ] && [ -e "$PGSHARE/extension/citus.control" ]; }
@@ -70,19 +67,9 @@ if [ "$actual" != "$SHA256" ]; then
   exit 1
 fi
 
-missing=()
-for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "citus: installing build packages: ${missing[*]}"
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "citus: not root, cannot apt-get install ${missing[*]}" >&2
-    exit 1
-  fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null ||
-    { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null; }
-fi
+# the build packages: scripts/deps.sh, the one place that installs
+bash scripts/deps.sh citus
+[ "$PG_MAJOR" = 15 ] && [ "$PG_CONFIG" = /usr/lib/postgresql/15/bin/pg_config ] && bash scripts/deps.sh apt postgresql-server-dev-15
 
 BUILD=$ROOT/target/citus-build/$SHA256-pg$PG_MAJOR
 if [ -e "$BUILD/.built" ]; then

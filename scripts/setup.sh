@@ -1,10 +1,8 @@
 #!/usr/bin/env bash
 # Installs what leaf_id needs on a Debian bookworm machine, as root, idempotently:
-# PostgreSQL 15 and its server headers, clang (for pgrx), Perl's IPC::Run (TAP
-# tests), sudo (cargo pgrx test --runas), dpkg-dev (scripts/package.sh),
-# psycopg 3, psycopg2 and SQLAlchemy for Debian's python3 (examples/python),
-# pip for it (Django 5.2 goes into target/pydeps, scripts/test-examples.sh),
-# cargo-pgrx 0.18.1, and registers the system PostgreSQL 15 and the servers
+# Debian's packages of scripts/deps.sh's group base (PostgreSQL 15 and its
+# server headers, clang for pgrx, and the rest it lists), cargo-pgrx 0.18.1,
+# and registers the system PostgreSQL 15 and the servers
 # in target/pg16, target/pg17, target/pg18 with pgrx (PGRX_HOME).
 # Arguments: more Debian packages to install (e.g. python3-matplotlib for
 # scripts/bench.sh).
@@ -31,22 +29,9 @@ if [ "$(printf '%s\n' "$MIN_CARGO" "${cargo_version%%-*}" | sort -V | head -n 1)
   rust_missing "found cargo $cargo_version at $(command -v cargo), older than $MIN_CARGO."
 fi
 
-need_pkgs=()
-for p in postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang libipc-run-perl sudo pkg-config make \
-  dpkg-dev python3-psycopg python3-psycopg2 python3-sqlalchemy python3-pip ruby-activerecord ruby-pg "$@"; do
-  dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
-done
-if [ ${#need_pkgs[@]} -gt 0 ]; then
-  echo "setup: installing ${need_pkgs[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
-fi
-
-if ! cargo pgrx --version 2>/dev/null | grep -q '0\.18\.1'; then
-  echo "setup: installing cargo-pgrx 0.18.1 (a few minutes)"
-  cargo install cargo-pgrx --version 0.18.1 --locked
-fi
+# Debian's packages and cargo-pgrx: scripts/deps.sh, the one place that installs
+bash "$(dirname "$0")/deps.sh" base
+[ $# -eq 0 ] || bash "$(dirname "$0")/deps.sh" apt "$@"
 # pgrx's registry of servers, config.toml in PGRX_HOME (scripts/pg.sh: this
 # checkout's target/pgrx unless set; its paths are this checkout's): the
 # system PostgreSQL 15 and each of 16, 17 and 18 that is in target/pgNN

@@ -8,8 +8,9 @@
 # and python3-sqlalchemy (scripts/setup.sh installs them); runs Debian's
 # /usr/bin/python3, which is the interpreter those packages serve. Django
 # 5.2 and the psycopg it needs (bookworm has neither) are installed from PyPI
-# with that interpreter's pip into target/pydeps (python3-pip,
-# scripts/setup.sh), once.
+# with that interpreter's pip into target/pydeps (scripts/deps.sh django),
+# once; pg and Sequelize by examples/node/package-lock.json into
+# target/nodedeps (scripts/deps.sh node).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -27,36 +28,14 @@ SQLX_MANIFEST=$ROOT/examples/rust-sqlx/Cargo.toml
 # build first, before the cluster is up
 cargo build --quiet --manifest-path "$RUST_MANIFEST"
 cargo build --quiet --manifest-path "$SQLX_MANIFEST"
+# Django (target/pydeps), Node.js and the example's modules
+# (target/nodedeps): scripts/deps.sh, the one place that installs
+# (scripts/test.sh ran it before anything else)
+bash scripts/deps.sh django node
 PYDEPS=$ROOT/target/pydeps
-# Django 5.2 needs psycopg 3.1.8 or newer; bookworm has 3.1.7
-DJANGO=('django>=5.2,<5.3' 'psycopg[binary]>=3.1.8,<3.3')
-if ! PYTHONPATH=$PYDEPS "$PYTHON" -c 'import django, psycopg, sys; sys.exit(django.VERSION[:2] != (5, 2) or psycopg.__version__ < "3.1.8")' 2>/dev/null; then
-  echo "test-examples: installing ${DJANGO[*]} into $PYDEPS"
-  rm -rf "$PYDEPS"
-  "$PYTHON" -m pip install --quiet --disable-pip-version-check --target "$PYDEPS" "${DJANGO[@]}"
-fi
-
-# Node.js: node and npm from the machine (Debian's nodejs and npm when there
-# are none), pg and Sequelize pinned by examples/node/package-lock.json,
-# installed with npm ci into target/nodedeps once per lock file
 NODEDEPS=$ROOT/target/nodedeps
 node_skip=
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o DPkg::Lock::Timeout=300 nodejs npm >/dev/null 2>&1 ||
-    node_skip="no node and npm, and apt-get install nodejs npm failed"
-fi
-lock_stamp=$(sha256sum examples/node/package-lock.json | cut -c1-16)
-if [ -z "$node_skip" ] && [ "$(cat "$NODEDEPS/.stamp" 2>/dev/null)" != "$lock_stamp" ]; then
-  echo "test-examples: npm ci (examples/node/package-lock.json) into $NODEDEPS"
-  rm -rf "$NODEDEPS"; mkdir -p "$NODEDEPS"
-  cp examples/node/package.json examples/node/package-lock.json "$NODEDEPS/"
-  if (cd "$NODEDEPS" && npm ci --no-audit --no-fund --loglevel=error >npm.log 2>&1); then
-    echo "$lock_stamp" >"$NODEDEPS/.stamp"
-  else
-    cat "$NODEDEPS/npm.log"
-    node_skip="npm ci failed (the npm registry unreachable?), see above"
-  fi
-fi
+[ -f "$ROOT/target/deps/node.skip" ] && node_skip=$(cat "$ROOT/target/deps/node.skip")
 
 mkdir -p "$ROOT/target"; ensure_postgres_can_reach "$ROOT/target"
 cluster_stop "$DATA" immediate # a leftover of an interrupted run

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The monitoring test: Debian's prometheus-postgres-exporter (its package's
 # binary, fetched with `apt-get download` into target/exporter and unpacked
-# there: nothing is installed, no service started) runs with leaf_id's
+# there by scripts/deps.sh exporter: nothing is installed, no service started) runs with leaf_id's
 # examples/prometheus/queries.yaml against a throwaway cluster (port
 # MONITORING_PORT, default 28882; the exporter on the next port, loopback),
 # as a pg_monitor member. It scrapes /metrics, draws IDs, scrapes again, and
@@ -16,19 +16,13 @@ DIR=$ROOT/target/exporter
 DATA=$ROOT/target/monitoring-cluster$PG_SUFFIX
 EXPORTER=$DIR/usr/bin/prometheus-postgres-exporter
 
-if [ ! -x "$EXPORTER" ]; then
-  rm -rf "$DIR"; mkdir -p "$DIR"
-  # a machine whose package lists were never fetched: fetch them once
-  if ! (cd "$DIR" && apt-get download prometheus-postgres-exporter >download.log 2>&1) &&
-    ! { [ "$(id -u)" = 0 ] && apt-get update -qq >>"$DIR/download.log" 2>&1 &&
-        (cd "$DIR" && apt-get download prometheus-postgres-exporter >>download.log 2>&1); }; then
-    cat "$DIR/download.log" >&2
-    echo "################################################################################"
-    echo "SKIP: the monitoring test: apt-get download prometheus-postgres-exporter failed (see above)"
-    echo "################################################################################"
-    exit 3
-  fi
-  dpkg-deb -x "$DIR"/prometheus-postgres-exporter_*.deb "$DIR"
+# fetched by scripts/deps.sh, the one place that installs
+bash scripts/deps.sh exporter
+if [ -f "$ROOT/target/deps/exporter.skip" ]; then
+  echo "################################################################################"
+  echo "SKIP: the monitoring test: $(cat "$ROOT/target/deps/exporter.skip")"
+  echo "################################################################################"
+  exit 3
 fi
 echo "monitoring: $("$EXPORTER" --version 2>&1 | head -1)"
 

@@ -2,9 +2,10 @@
 # The Patroni test (tests/patroni/failover.py): three PostgreSQL nodes of the
 # server scripts/pg.sh picks (PG_MAJOR; every major in the test command) under Patroni
 # 4.1.5 with its Raft DCS, on loopback, with leaf_id preloaded (it must be
-# installed: scripts/install.sh). Patroni and its dependencies are installed
-# from PyPI, pinned by version and sha256 (tests/patroni/requirements.txt),
-# into target/patroni-py (once); Debian's python3-psycopg2 is the driver.
+# installed: scripts/install.sh). Patroni and its dependencies come from
+# PyPI, pinned by version and sha256 (tests/patroni/requirements.txt), into
+# target/patroni-py (scripts/deps.sh patroni, once); Debian's
+# python3-psycopg2 is the driver.
 # When PyPI cannot be reached: a SKIP line, exit 3.
 #
 #   PG_MAJOR=17 bash scripts/test-patroni.sh
@@ -18,7 +19,6 @@ ROOT=$PWD
 . scripts/cluster.sh
 PYTHON=/usr/bin/python3
 PYDIR=$ROOT/target/patroni-py
-REQ=$ROOT/tests/patroni/requirements.txt
 WORK=$ROOT/target/patroni-pg$PG_MAJOR
 
 if [ ! -e "$PG_PKGLIBDIR/leaf_id.so" ]; then
@@ -27,23 +27,14 @@ if [ ! -e "$PG_PKGLIBDIR/leaf_id.so" ]; then
 fi
 "$PYTHON" -c 'import psycopg2' 2>/dev/null || { echo "test-patroni: no python3-psycopg2 (scripts/setup.sh installs it)" >&2; exit 2; }
 
-# Patroni, once per version of the requirements
-stamp=$(sha256sum "$REQ" | cut -c1-16)
-if [ "$(cat "$PYDIR/.stamp" 2>/dev/null)" != "$stamp" ]; then
-  rm -rf "$PYDIR"
-  if ! "$PYTHON" -m pip install --quiet --disable-pip-version-check --no-deps --require-hashes \
-      --target "$PYDIR" -r "$REQ" >"$ROOT/target/patroni-pip.log" 2>&1; then
-    cat "$ROOT/target/patroni-pip.log" >&2
-    if grep -qiE 'connection|resolve|network|timed out' "$ROOT/target/patroni-pip.log"; then
-      echo "################################################################################"
-      echo "SKIP: the Patroni test: PyPI cannot be reached (pip install -r $REQ, see above)"
-      echo "################################################################################"
-      exit 3
-    fi
-    echo "test-patroni: pip install of Patroni failed (target/patroni-pip.log)" >&2
-    exit 1
-  fi
-  echo "$stamp" >"$PYDIR/.stamp"
+# Patroni, once per version of the requirements: scripts/deps.sh, the one
+# place that installs (scripts/test.sh ran it before its parallel jobs)
+bash scripts/deps.sh patroni
+if [ -f "$ROOT/target/deps/patroni.skip" ]; then
+  echo "################################################################################"
+  echo "SKIP: the Patroni test: $(cat "$ROOT/target/deps/patroni.skip")"
+  echo "################################################################################"
+  exit 3
 fi
 
 ensure_postgres_can_reach "$ROOT/target"

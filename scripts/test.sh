@@ -52,7 +52,16 @@ NOTES=$ROOT/target/test-skips
 mkdir -p "$ROOT/target"
 : >"$NOTES"
 
-# the servers first, so that setup.sh registers them with pgrx
+# Everything the suites install (Debian's packages, cargo-pgrx, Patroni,
+# Django, the Node.js modules, the exporter), first and once: scripts/deps.sh
+# is the one place that installs, and nothing runs in parallel yet. After
+# it, LEAF_ID_DEPS_READY=1: a job that finds something missing fails at once
+# rather than run apt-get, pip or npm beside another job.
+echo "== dependencies (scripts/deps.sh test)"
+bash scripts/deps.sh test
+echo "== dependencies in place at $SECONDS s"
+
+# the servers, so that setup.sh registers them with pgrx
 for major in $MAJORS; do
   case $major in
     15 | 16 | 17 | 18)
@@ -68,6 +77,7 @@ for major in $MAJORS; do
 done
 bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
+export LEAF_ID_DEPS_READY=1
 
 echo "== module layout"
 python3 scripts/check-imports.py

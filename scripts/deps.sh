@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# The one place that installs what leaf_id's scripts need: every apt-get
+# install and every pip, npm or cargo install of the project is here, and nowhere
+# else. Callers hold one lock (target/.deps.lock) while they install, so two
+# scripts started together never run apt-get, pip or npm at the same time;
+# scripts/test.sh runs `deps.sh test` before it starts anything in parallel,
+# and its jobs then find everything in place.
+#
+#   bash scripts/deps.sh base       # build and run leaf_id (scripts/setup.sh runs it)
+#   bash scripts/deps.sh test       # base and what every test suite needs
+#   bash scripts/deps.sh apt PKG... # more Debian packages (e.g. python3-matplotlib)
+#   bash scripts/deps.sh citus | pg18-source | patroni | django | node | exporter
+#
+# Groups:
+#   base        Debian's PostgreSQL 15 and its headers, clang (pgrx), make,
+#               pkg-config, sudo (cargo pgrx test --runas), dpkg-dev
+#               (scripts/package.sh), Perl's IPC::Run (TAP), python3-pip (the
+#               wheels of 16 to 18), the example clients' psycopg 3, psycopg2,
+#               SQLAlchemy and ActiveRecord; and cargo-pgrx 0.18.1 (group pgrx,
+#               with cargo install: leaf_id's build tool)
+#   citus       Citus' build packages (scripts/citus.sh)
+#   pg18-source PostgreSQL 18's build packages (scripts/pg18.sh, the fallback
+#               when its wheel cannot be had)
+#   patroni     Patroni 4.1.5 from PyPI, pinned by hash, into target/patroni-py
+#   django      Django 5.2 and psycopg 3.2 from PyPI into target/pydeps
+#   node        Node.js and npm (Debian's, when the machine has none), and the
+#               example's pg and Sequelize (npm ci) into target/nodedeps
+#   exporter    Debian's prometheus-postgres-exporter, downloaded and unpacked
+#               into target/exporter (not installed)
+#   test        base, citus, patroni, django, node, exporter
+#
+# A project-local group whose registry cannot be reached is not a failure
+# here: it writes the reason to target/deps/GROUP.skip, and the suite that
+# needs it prints a SKIP line. With LEAF_ID_DEPS_READY=1 (scripts/test.sh sets
+# it once `deps.sh test` ran) nothing is installed any more: a group that is
+# not in place is a failure, said at once.
+# Exit status: 0 in place (or skipped, see above); 2 usage; 1 failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+DEPS=$ROOT/target/deps
+mkdir -p "$DEPS"
+export DEBIAN_FRONTEND=noninteractive
+PYTHON=/usr/bin/python3
+
+BASE_PKGS=(postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang libipc-run-perl sudo
+  pkg-config make dpkg-dev python3-pip python3-psycopg python3-psycopg2 python3-sqlalchemy
+  ruby-activerecord ruby-pg)
+CITUS_PKGS=(build-essential liblz4-dev libzstd-dev libkrb5-dev)
+PG18_PKGS=(build-essential bison flex libreadline-dev zlib1g-dev libicu-dev libssl-dev pkg-config libipc-run-perl bzip2)
+# Django 5.2 needs psycopg 3.1.8 or newer; bookworm has 3.1.7
+DJANGO=('django>=5.2,<5.3' 'psycopg[binary]>=3.1.8,<3.3')
+PATRONI_REQ=$ROOT/tests/patroni/requirements.txt
+
+say() { echo "deps: $*" >&2; }
+die() { say "$*"; exit 1; }
+ready_only() { [ "${LEAF_ID_DEPS_READY:-}" = 1 ]; }
+not_ready() { die "$1 is not in place and LEAF_ID_DEPS_READY=1 (run bash scripts/deps.sh $2 first)"; }
+
+# apt PKG...: the Debian packages of PKG... that are missing, installed
+apt_install() {
+  local p missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  ready_only && not_ready "Debian packages ${missing[*]}" apt
+  [ "$(id -u)" -eq 0 ] || die "not root, cannot apt-get install ${missing[*]} (install them, or run this as root)"
+  say "installing Debian packages: ${missing[*]}"
+  # a machine whose package lists were never fetched has none of them: fetch
+  # the lists first when any is unknown to apt
+  if ! apt-cache show "${missing[@]}" >/dev/null 2>&1; then
+    apt-get update -q >"$DEPS/apt-update.log" 2>&1 ||
+      { tail -n 20 "$DEPS/apt-update.log" >&2; die "apt-get update failed ($DEPS/apt-update.log)"; }
+  fi
+  # DPkg::Lock::Timeout: an apt run by someone else (not by these scripts,
+  # which hold the lock above) is waited for, not failed on
+  apt-get install -y -q -o DPkg::Lock::Timeout=600 "${missing[@]}" >"$DEPS/apt-install.log" 2>&1 ||
+    { tail -n 30 "$DEPS/apt-install.log" >&2; die "apt-get install ${missing[*]} failed ($DEPS/apt-install.log)"; }
+}
+
+# unreachable LOG: whether LOG says a registry could not be reached
+unreachable() { grep -qiE 'connection|resolve|network|timed out|temporary failure' "$1"; }
+# skip GROUP REASON: the group cannot be had here; its suite says SKIP
+skip() { say "$1: SKIPPED: $2"; echo "$2" >"$DEPS/$1.skip"; }
+
+group_pgrx() {
+  export PATH="$HOME/.cargo/bin:$PATH"
+  cargo pgrx --version 2>/dev/null | grep -q '0\.18\.1' && return 0
+  ready_only && not_ready "cargo-pgrx 0.18.1" pgrx
+  command -v cargo >/dev/null || die "no cargo: leaf_id needs Rust (scripts/setup.sh says which)"
+  say "installing cargo-pgrx 0.18.1 (a few minutes)"
+  cargo install cargo-pgrx --version 0.18.1 --locked
+}
+
+group_patroni() {
+  local dir=$ROOT/target/patroni-py stamp
+  stamp=$(sha256sum "$PATRONI_REQ" | cut -c1-16)
+  [ "$(cat "$dir/.stamp" 2>/dev/null)" = "$stamp" ] && return 0
+  ready_only && { [ -f "$DEPS/patroni.skip" ] && return 0; not_ready "Patroni ($dir)" patroni; }
+  rm -rf "$dir" "$DEPS/patroni.skip"
+  say "installing Patroni (tests/patroni/requirements.txt) into $dir"
+  if ! "$PYTHON" -m pip install --quiet --disable-pip-version-check --no-deps --require-hashes \
+      --target "$dir" -r "$PATRONI_REQ" >"$DEPS/patroni-pip.log" 2>&1; then
+    cat "$DEPS/patroni-pip.log" >&2
+    unreachable "$DEPS/patroni-pip.log" || die "pip install of Patroni failed ($DEPS/patroni-pip.log)"
+    skip patroni "PyPI cannot be reached (pip install -r tests/patroni/requirements.txt, $DEPS/patroni-pip.log)"
+    return 0
+  fi
+  echo "$stamp" >"$dir/.stamp"
+}
+
+group_django() {
+  local dir=$ROOT/target/pydeps
+  PYTHONPATH=$dir "$PYTHON" -c 'import django, psycopg, sys; sys.exit(django.VERSION[:2] != (5, 2) or psycopg.__version__ < "3.1.8")' \
+    2>/dev/null && return 0
+  ready_only && not_ready "Django 5.2 ($dir)" django
+  say "installing ${DJANGO[*]} into $dir"
+  rm -rf "$dir"
+  "$PYTHON" -m pip install --quiet --disable-pip-version-check --target "$dir" "${DJANGO[@]}" \
+    >"$DEPS/django-pip.log" 2>&1 || { cat "$DEPS/django-pip.log" >&2; die "pip install of Django failed"; }
+}
+
+group_node() {
+  local dir=$ROOT/target/nodedeps lock=$ROOT/examples/node/package-lock.json stamp
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    apt_install nodejs npm
+  fi
+  stamp=$(sha256sum "$lock" | cut -c1-16)
+  [ "$(cat "$dir/.stamp" 2>/dev/null)" = "$stamp" ] && return 0
+  ready_only && { [ -f "$DEPS/node.skip" ] && return 0; not_ready "the Node.js example's modules ($dir)" node; }
+  rm -rf "$dir" "$DEPS/node.skip"
+  mkdir -p "$dir"
+  cp "$ROOT/examples/node/package.json" "$lock" "$dir/"
+  say "npm ci (examples/node/package-lock.json) into $dir"
+  if ! (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >"$DEPS/npm.log" 2>&1); then
+    cat "$DEPS/npm.log" >&2
+    unreachable "$DEPS/npm.log" || die "npm ci failed ($DEPS/npm.log)"
+    skip node "npm ci failed: the npm registry cannot be reached ($DEPS/npm.log)"
+    return 0
+  fi
+  echo "$stamp" >"$dir/.stamp"
+}
+
+group_exporter() {
+  local dir=$ROOT/target/exporter
+  [ -x "$dir/usr/bin/prometheus-postgres-exporter" ] && return 0
+  ready_only && { [ -f "$DEPS/exporter.skip" ] && return 0; not_ready "prometheus-postgres-exporter ($dir)" exporter; }
+  rm -rf "$dir" "$DEPS/exporter.skip"
+  mkdir -p "$dir"
+  # a machine whose package lists were never fetched: fetch them once
+  if ! (cd "$dir" && apt-get download prometheus-postgres-exporter >"$DEPS/exporter.log" 2>&1) &&
+    ! { [ "$(id -u)" = 0 ] && apt-get update -qq >>"$DEPS/exporter.log" 2>&1 &&
+        (cd "$dir" && apt-get download prometheus-postgres-exporter >>"$DEPS/exporter.log" 2>&1); }; then
+    cat "$DEPS/exporter.log" >&2
+    skip exporter "apt-get download prometheus-postgres-exporter failed ($DEPS/exporter.log)"
+    return 0
+  fi
+  dpkg-deb -x "$dir"/prometheus-postgres-exporter_*.deb "$dir"
+}
+
+run_group() {
+  case $1 in
+    base) apt_install "${BASE_PKGS[@]}"; group_pgrx ;;
+    pgrx) group_pgrx ;;
+    citus) apt_install "${CITUS_PKGS[@]}" ;;
+    pg18-source) apt_install "${PG18_PKGS[@]}" ;;
+    patroni) group_patroni ;;
+    django) group_django ;;
+    node) group_node ;;
+    exporter) group_exporter ;;
+    # one apt-get for the packages, then the project-local ones
+    test) apt_install "${BASE_PKGS[@]}" "${CITUS_PKGS[@]}"
+      group_pgrx
+      for g in node django patroni exporter; do run_group "$g"; done ;;
+    *) echo "usage: scripts/deps.sh base|test|pgrx|citus|pg18-source|patroni|django|node|exporter|apt PKG..." >&2; exit 2 ;;
+  esac
+}
+
+[ $# -gt 0 ] || run_group usage
+# one installer at a time, whoever calls (this script starts no server
+# that could inherit the lock)
+exec 8>"$ROOT/target/.deps.lock"
+flock 8
+if [ "$1" = apt ]; then
+  shift
+  [ $# -eq 0 ] || apt_install "$@"
+  exit 0
+fi
+for g in "$@"; do run_group "$g"; done
