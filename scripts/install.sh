@@ -1,14 +1,73 @@
 #!/usr/bin/env bash
-# Build leaf_id (release) and install it into a PostgreSQL server: the
-# system PostgreSQL 15, or the one of PG_CONFIG=... or PG_MAJOR=18
-# (scripts/pg.sh), with the install and upgrade scripts of earlier versions
-# (sql/leaf_id--*.sql). Each major has its own cargo target directory.
+# Build leaf_id (release) and install it into the PostgreSQL server whose
+# pg_config is PG_CONFIG, any major from 15 to 18:
+#
+#   PG_CONFIG=/usr/lib/postgresql/17/bin/pg_config bash scripts/install.sh   # Debian/Ubuntu (PGDG apt)
+#   PG_CONFIG=/usr/pgsql-17/bin/pg_config bash scripts/install.sh            # RHEL-like (PGDG yum)
+#
+# Without PG_CONFIG: the server the test scripts pick (scripts/pg.sh:
+# PG_MAJOR=16..18 in target/pgNN, else Debian's 15).
+#
+# It needs Rust (cargo 1.85 or newer), a C compiler and make, clang with
+# libclang (pgrx generates its bindings with it) and the server's headers
+# (pg_config --includedir-server); it names the packages for this
+# distribution when one is missing. cargo-pgrx 0.18.1 is installed into
+# ~/.cargo when missing (scripts/deps.sh pgrx). The files go into
+# pg_config --pkglibdir (leaf_id.so) and --sharedir/extension (the control
+# file, the install script, and the install and upgrade scripts of earlier
+# versions, sql/leaf_id--*.sql): directories of root, so run it as root.
 # Files are replaced by rename, so servers that have the old library mapped
-# keep running on it.
+# keep running on it. Each major has its own cargo target directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PATH="$HOME/.cargo/bin:$PATH"
+ROOT=$PWD
+. scripts/need-rust.sh
 . scripts/pg.sh
+
+# prereq_hint WHAT: the packages that provide WHAT on this distribution
+prereq_hint() {
+  local id like
+  id=$(. /etc/os-release 2>/dev/null && echo "${ID:-}")
+  like=$(. /etc/os-release 2>/dev/null && echo "${ID_LIKE:-}")
+  case " $id $like " in
+    *" debian "* | *" ubuntu "*)
+      echo "apt-get install postgresql-server-dev-$PG_MAJOR clang libclang-dev build-essential" \
+        "(postgresql-server-dev-$PG_MAJOR from the PGDG apt repository when the server is PGDG's)" ;;
+    *" rhel "* | *" fedora "* | *" centos "*)
+      echo "dnf install postgresql$PG_MAJOR-devel clang clang-devel gcc make" \
+        "(postgresql$PG_MAJOR-devel from the PGDG yum repository; on RHEL 8 and 9 its dependencies need the" \
+        "CodeReady Builder / PowerTools repository enabled)" ;;
+    *) echo "the server's development files (headers, pgxs), clang and libclang, a C compiler and make" ;;
+  esac
+}
+missing=()
+[ -f "$("$PG_CONFIG" --includedir-server)/postgres.h" ] ||
+  missing+=("the server's headers ($("$PG_CONFIG" --includedir-server)/postgres.h)")
+command -v clang >/dev/null 2>&1 || missing+=("clang")
+ldconfig -p 2>/dev/null | grep -q 'libclang[-.0-9]*\.so' || [ -n "${LIBCLANG_PATH:-}" ] ||
+  missing+=("libclang (or LIBCLANG_PATH naming its directory)")
+command -v cc >/dev/null 2>&1 || missing+=("a C compiler (cc)")
+command -v make >/dev/null 2>&1 || missing+=("make")
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install: missing to build leaf_id for PostgreSQL $PG_MAJOR ($PG_CONFIG):" >&2
+  printf 'install:   %s\n' "${missing[@]}" >&2
+  echo "install: on this machine, as root: $(prereq_hint)" >&2
+  exit 1
+fi
+for dir in "$PG_PKGLIBDIR" "$PG_EXTDIR"; do
+  [ -w "$dir" ] || { echo "install: cannot write $dir: run this as root (or as the owner of the server's directories)" >&2; exit 1; }
+done
+
+bash scripts/deps.sh pgrx
+# pgrx's registry of servers: scripts/setup.sh's (this checkout's servers)
+# when it names this pg_config, else one of this install's own, naming only it
+if ! grep -qxF "pg$PG_MAJOR = \"$PG_CONFIG\"" "$PGRX_HOME/config.toml" 2>/dev/null; then
+  export PGRX_HOME=$ROOT/target/pgrx-install-pg$PG_MAJOR
+  mkdir -p "$PGRX_HOME"
+  printf '[configs]\npg%s = "%s"\n' "$PG_MAJOR" "$PG_CONFIG" >"$PGRX_HOME/config.toml"
+fi
+
+echo "install: building leaf_id for $("$PG_CONFIG" --version) ($PG_CONFIG)"
 CARGO_TARGET_DIR=$LEAF_ID_CARGO_TARGET cargo pgrx package --pg-config "$PG_CONFIG" \
   --no-default-features --features "$PGRX_FEATURE" >/dev/null
 PKG=$LEAF_ID_CARGO_TARGET/release/leaf_id-$PGRX_FEATURE
@@ -19,3 +78,7 @@ cp sql/leaf_id--*.sql "$PKG$PG_EXTDIR/"
   cp "$PKG/$f" "$dest.leaf_id_tmp"
   mv -f "$dest.leaf_id_tmp" "$dest"
 done
+echo "install: leaf_id installed: $PG_PKGLIBDIR/leaf_id.so and $PG_EXTDIR/leaf_id.control" \
+  "with $(find "$PKG$PG_EXTDIR" -name 'leaf_id--*.sql' | wc -l) install and upgrade scripts"
+echo "install: next, preload it (shared_preload_libraries = 'leaf_id'), restart the server, and" \
+  "CREATE EXTENSION leaf_id in each database (README.md, Quick start)"

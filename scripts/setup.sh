@@ -13,21 +13,7 @@
 set -euo pipefail
 
 PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
-MIN_CARGO=1.85
-
-export PATH="$HOME/.cargo/bin:$PATH"
-rust_missing() {
-  echo "setup: $1" >&2
-  echo "setup: leaf_id needs Rust with cargo $MIN_CARGO or newer (edition 2024); install it from" \
-    "https://rustup.rs (Debian bookworm's own rustc and cargo packages are too old), then run this again." >&2
-  exit 1
-}
-command -v cargo >/dev/null 2>&1 || rust_missing "cargo not found (PATH is $PATH)."
-cargo_version=$(cargo --version 2>/dev/null | awk '{print $2}')
-[ -n "$cargo_version" ] || rust_missing "\`cargo --version\` failed."
-if [ "$(printf '%s\n' "$MIN_CARGO" "${cargo_version%%-*}" | sort -V | head -n 1)" != "$MIN_CARGO" ]; then
-  rust_missing "found cargo $cargo_version at $(command -v cargo), older than $MIN_CARGO."
-fi
+. "$(dirname "$0")/need-rust.sh"
 
 # Debian's packages and cargo-pgrx: scripts/deps.sh, the one place that installs
 bash "$(dirname "$0")/deps.sh" base

@@ -20,8 +20,12 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 URL = urlparse(os.environ["LEAF_ID_URL"])
 
 # a line of the block -> (set-up SQL in the block's database, the database
-# the block runs in: "fresh" or "postgres")
+# the block runs in: "fresh" or "postgres"; "bare": a fresh database without
+# the extension, for a block that creates it)
 CONTEXTS = {
+    # the README's quick start creates the extension itself, in its own schema
+    "CREATE EXTENSION leaf_id SCHEMA leaf_id;": (
+        "DO $$BEGIN CREATE ROLE app; EXCEPTION WHEN duplicate_object THEN NULL; END$$;", "bare"),
     "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('order', 1000);": ("", "fresh"),
     "ALTER EXTENSION leaf_id UPDATE;": ("", "fresh"),
     "SELECT leaf_opaque_create('public_order', bits => 53);   -- a domain: a fresh secret key and a width":
@@ -110,14 +114,14 @@ def main():
         setup, runs_in = ctx[0]
         db = f"docs_block_{n}"
         code, out = psql("postgres", f"DROP DATABASE IF EXISTS {db} WITH (FORCE);\nCREATE DATABASE {db};")
-        if code == 0:
+        if code == 0 and runs_in != "bare":
             code, out = psql(db, "CREATE EXTENSION leaf_id;\n")
         if code == 0 and setup:
-            code, out = psql(db if runs_in == "fresh" else "postgres", setup + "\n")
+            code, out = psql("postgres" if runs_in == "postgres" else db, setup + "\n")
         if code != 0:
             print(f"test-docs: {where}: set-up failed:\n{out}")
             return 1
-        code, out = psql(db if runs_in == "fresh" else "postgres", body)
+        code, out = psql("postgres" if runs_in == "postgres" else db, body)
         if code != 0:
             print(f"test-docs: {where}: FAILED as written:\n{body}\n{out}")
             return 1

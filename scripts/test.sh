@@ -9,7 +9,9 @@
 # unreachable) is SKIPPED with a loud line, repeated in the last line.
 #  0. the module layout: no import circle, the pure core without pgrx
 #     (scripts/check-imports.py); no bare comparison operator in what the
-#     install and update scripts run (scripts/check-sql-operators.py)
+#     install and update scripts run (scripts/check-sql-operators.py); the
+#     version is the same in Cargo.toml, META.json, the newest update script
+#     and CHANGELOG.md (scripts/check-version.sh, with its own test)
 #  1. pure Rust unit tests, once, with the first major's #[pg_test] tests:
 #     one build, cargo pgrx test runs both (the unit tests also run alone
 #     with `cargo test --lib`); each other major runs its #[pg_test] tests
@@ -23,6 +25,7 @@
 #  6. client examples in examples/ (Python psycopg, SQLAlchemy and Django;
 #     Rust postgres and sqlx; Ruby ActiveRecord; Node.js pg and Sequelize),
 #     the docs' SQL blocks and the reference check
+#  6a. on 17: the README's quick start as written (scripts/test-quickstart.sh)
 #  6b. the monitoring test: Debian's prometheus-postgres-exporter with
 #     examples/prometheus/queries.yaml against a real server
 #  then, once every major is built and installed:
@@ -82,6 +85,9 @@ export LEAF_ID_DEPS_READY=1
 echo "== module layout"
 python3 scripts/check-imports.py
 python3 scripts/check-sql-operators.py
+echo "== one version (Cargo.toml, META.json, the newest update script, CHANGELOG.md)"
+bash scripts/check-version.sh
+bash scripts/test-version.sh
 
 ran=()
 first=1
@@ -122,6 +128,12 @@ for major in $MAJORS; do
 
     echo "== client examples, PostgreSQL $PG_MAJOR"
     bash scripts/test-examples.sh
+
+    # the README's quick start names PostgreSQL 17 (PGDG's)
+    if [ "$PG_MAJOR" = 17 ]; then
+      echo "== the README's quick start, PostgreSQL $PG_MAJOR"
+      bash scripts/test-quickstart.sh
+    fi
 
     echo "== monitoring (prometheus-postgres-exporter), PostgreSQL $PG_MAJOR"
     rc=0
