@@ -8,7 +8,7 @@ leaf_id:
   - every leaf_* name in backquotes exists (a function, a relation, a setting;
     `table.column` names the table);
   - the columns tables of the two status views name exactly their columns;
-  - every SQLSTATE that src/ and sql/ raise is in the README's errors table
+  - every SQLSTATE that src/ and sql/ raise is in docs/reference.md's errors table
     (names mapped through the server's errcodes.txt, ERRCODES_TXT).
 Exits 1 with the list of what is wrong.
 """
@@ -80,7 +80,7 @@ def main():
         for c in sorted(documented - set(cols)):
             wrong.append(f"{view} has no column {c}, which its columns table names")
 
-    # SQLSTATEs raised against the README's errors table
+    # SQLSTATEs raised against docs/reference.md's errors table
     names = {}
     for line in open(os.environ["ERRCODES_TXT"], encoding="utf-8"):
         m = re.match(r"^([0-9A-Z]{5})\s+[EWS]\s+(ERRCODE_\w+)", line)
@@ -98,13 +98,14 @@ def main():
     for path in ("sql/finish.sql", "sql/schema.sql"):
         for code in re.findall(r"ERRCODE\s*=\s*'([0-9A-Z]{5})'", open(os.path.join(ROOT, path), encoding="utf-8").read()):
             raised.setdefault(code, path)
-    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    errors = readme[readme.index("## Errors"):]
-    errors = errors[: errors.index("\n## ", 1)]
+    reference = open(os.path.join(ROOT, "docs", "reference.md"), encoding="utf-8").read()
+    errors = reference[reference.index("\n## Errors\n"):]
+    end = errors.find("\n## ", 1)
+    errors = errors if end < 0 else errors[:end]
     listed = set(re.findall(r"`([0-9A-Z]{5})`", errors))
     for code, where in sorted(raised.items()):
         if code not in listed and code not in NOT_RAISED:
-            wrong.append(f"SQLSTATE {code} (raised in {where}) is not in the README's errors table")
+            wrong.append(f"SQLSTATE {code} (raised in {where}) is not in docs/reference.md's errors table")
 
     if wrong:
         print("test-reference: docs/reference.md or the errors table is out of date:")
