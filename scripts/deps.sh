@@ -27,7 +27,7 @@
 #               example's pg and Sequelize (npm ci) into target/nodedeps
 #   exporter    Debian's prometheus-postgres-exporter, downloaded and unpacked
 #               into target/exporter (not installed)
-#   test        base, citus, patroni, django, node, exporter
+#   test        base, citus, rpm (package.sh rpm), patroni, django, node, exporter
 #
 # A project-local group whose registry cannot be reached is not a failure
 # here: it writes the reason to target/deps/GROUP.skip, and the suite that
@@ -47,6 +47,8 @@ BASE_PKGS=(postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-de
   pkg-config make dpkg-dev python3-pip python3-psycopg python3-psycopg2 python3-sqlalchemy
   ruby-activerecord ruby-pg)
 CITUS_PKGS=(build-essential liblz4-dev libzstd-dev libkrb5-dev)
+# scripts/package.sh rpm and the package test (rpmbuild, rpm)
+RPM_PKGS=(rpm)
 PG18_PKGS=(build-essential bison flex libreadline-dev zlib1g-dev libicu-dev libssl-dev pkg-config libipc-run-perl bzip2)
 # Django 5.2 needs psycopg 3.1.8 or newer; bookworm has 3.1.7
 DJANGO=('django>=5.2,<5.3' 'psycopg[binary]>=3.1.8,<3.3')
@@ -170,7 +172,7 @@ run_group() {
     node) group_node ;;
     exporter) group_exporter ;;
     # one apt-get for the packages, then the project-local ones
-    test) apt_install "${BASE_PKGS[@]}" "${CITUS_PKGS[@]}"
+    test) apt_install "${BASE_PKGS[@]}" "${CITUS_PKGS[@]}" "${RPM_PKGS[@]}"
       group_pgrx
       for g in node django patroni exporter; do run_group "$g"; done ;;
     *) echo "usage: scripts/deps.sh base|test|pgrx|citus|pg18-source|patroni|django|node|exporter|apt PKG..." >&2; exit 2 ;;

@@ -1,44 +1,56 @@
 #!/usr/bin/env bash
-# Tests the Debian package (scripts/package.sh) on this machine, as root:
-# builds it, installs it with apt-get, checks that the package owns the
-# library and the extension files, starts a throwaway cluster
-# (target/package-cluster, port PACKAGE_PORT, default 28880) with leaf_id
-# preloaded, creates the extension and draws segment and snowflake IDs, then
-# removes the package and checks that it left no file behind.
+# Tests the packages of scripts/package.sh for the major scripts/pg.sh picks
+# (PG_MAJOR), as root: the .deb and the .rpm, each installed by its package
+# manager into a server laid out at exactly the paths its package names:
 #
-# The package replaces the files scripts/install.sh put into the system
-# PostgreSQL 15 (the same build), and removing it deletes them: on the way
-# out this script removes the package if it is still installed and puts the
-# plain install back with scripts/install.sh, so the other suites still find
-# leaf_id. Run it while no other server on the machine needs to load leaf_id
-# (the test command runs it between its suites).
-#
-# For the server scripts/pg.sh picks (PG_MAJOR=16..18, PG_CONFIG). A major
-# with no Debian server package here (16, 17, 18 on bookworm: from wheels or
-# built from source) cannot be installed with apt-get (the package depends on
-# postgresql-NN): the test checks that the payload is exactly the files at
-# that server's pg_config directories and that the package depends on
-# postgresql-NN, unpacks it with dpkg-deb -x into target/package-unpack-pgNN,
-# copies its files (only they) into the server, checks that no directory on
-# their paths changed, and draws IDs as above.
+# deb: /usr/lib/postgresql/NN (bin, lib) and /usr/share/postgresql/NN
+#      (share), Debian's and PGDG apt's layout. Where Debian's postgresql-NN
+#      is installed (15 on bookworm), that server. Elsewhere the test's own
+#      server (PyPI's wheel, relocatable) is copied there, without leaf_id,
+#      its share moved to /usr/share/postgresql/NN (a symlink where the wheel
+#      looks for it), and a stand-in package postgresql-NN (no files; the
+#      server's version) meets the .deb's dependency. apt-get installs the .deb.
+# rpm: /usr/pgsql-NN, PGDG yum's layout: the wheel copied there (for 15 the
+#      15.19 wheel, scripts/pg-wheel.sh 15; Debian's 15 is not relocatable),
+#      and a stand-in rpm postgresqlNN-server meets the requirement; rpm -i
+#      installs the .rpm.
+# Each time: the package owns its files, the library is the packaged one, a
+# throwaway cluster of that server (port PACKAGE_PORT, default 28880;
+# target/package-cluster-NN-FORMAT) preloads it, CREATE EXTENSION makes this
+# version and segment and snowflake IDs are drawn, all distinct. Then the
+# package is removed and must leave no file behind; the stand-in and the
+# copied server are removed too. A directory at those paths that the test
+# did not make (a real PGDG server) is never touched: the test stops instead.
+# On the way out the plain install of the test's own server is put back
+# (scripts/install.sh), which Debian's 15 shares with the .deb.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-. scripts/cluster.sh
-NAME=postgresql-$PG_MAJOR-leaf-id
-DATA=$ROOT/target/package-cluster$PG_SUFFIX
-UNPACK=$ROOT/target/package-unpack$PG_SUFFIX
-# apt-get can install the package only where the server is a Debian package
-if dpkg -s "postgresql-$PG_MAJOR" >/dev/null 2>&1; then VIA_APT=1; else VIA_APT=0; fi
+. scripts/pg.sh
 PORT=${PACKAGE_PORT:-28880}
+MARK=.leaf_id-package-test-layout
 export DEBIAN_FRONTEND=noninteractive
+VERSION=$(bash scripts/check-version.sh --cargo-version)
+[ -n "$VERSION" ] || { echo "test-package: no version" >&2; exit 1; }
+made=()   # the directories this test laid out, removed on the way out
 
 fail() { echo "test-package: FAIL: $*" >&2; exit 1; }
-installed() { [ "$(dpkg-query -W -f='${db:Status-Status}' "$NAME" 2>/dev/null)" = installed ]; }
+# Debian's rpm warns on every call that dpkg is the package manager here
+rpm() { command rpm --force-debian "$@"; }
+deb_installed() { [ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null)" = installed ]; }
 restore() {
-  local rc=$?
-  cluster_stop "$DATA" immediate || true
-  if installed; then dpkg -r "$NAME" >/dev/null 2>&1 || rc=1; fi
+  local rc=$? d
+  for d in "$ROOT"/target/package-cluster-"$PG_MAJOR"-*; do
+    [ -d "$d" ] && (PG_CONFIG=$(cat "$d/.pg_config" 2>/dev/null || echo "$PG_CONFIG"); . scripts/cluster.sh; cluster_stop "$d" immediate) || true
+  done
+  deb_installed "postgresql-$PG_MAJOR-leaf-id" && { dpkg -r "postgresql-$PG_MAJOR-leaf-id" >/dev/null 2>&1 || rc=1; }
+  rpm -q "leaf_id_$PG_MAJOR" >/dev/null 2>&1 && { rpm -e "leaf_id_$PG_MAJOR" >/dev/null 2>&1 || rc=1; }
+  rpm -q "postgresql$PG_MAJOR-server" 2>/dev/null | grep -q leafidtest && { rpm -e "postgresql$PG_MAJOR-server" || rc=1; }
+  [ "$(dpkg-query -W -f='${Maintainer}' "postgresql-$PG_MAJOR" 2>/dev/null)" = "leaf_id package test" ] &&
+    { dpkg -r "postgresql-$PG_MAJOR" >/dev/null 2>&1 || rc=1; }
+  for d in "${made[@]}"; do
+    [ -e "$d/$MARK" ] || [ -L "$d" ] && rm -rf --one-file-system "$d"
+  done
   echo "test-package: putting the plain install back (scripts/install.sh)"
   bash scripts/install.sh >"$ROOT/target/package-install$PG_SUFFIX.log" 2>&1 ||
     { tail -n 20 "$ROOT/target/package-install$PG_SUFFIX.log"; rc=1; }
@@ -46,114 +58,178 @@ restore() {
 }
 trap restore EXIT
 
-out=$(bash scripts/package.sh)
-echo "$out"
-DEB=$(tail -n 1 <<<"$out")
-[ -f "$DEB" ] || fail "scripts/package.sh made no package"
-VERSION=$(dpkg-deb -f "$DEB" Version)
-echo "test-package: $(basename "$DEB")"
-
-LIB=$PG_PKGLIBDIR/leaf_id.so
-EXT=$PG_EXTDIR
-expected=("$LIB" "$EXT/leaf_id.control" "$EXT/leaf_id--$VERSION.sql")
-for s in sql/leaf_id--*.sql; do expected+=("$EXT/$(basename "$s")"); done
-if [ "$VIA_APT" = 0 ]; then
-  dpkg-deb -f "$DEB" Depends | grep -q "^postgresql-$PG_MAJOR (>= $PG_MAJOR\\." ||
-    fail "the package does not depend on postgresql-$PG_MAJOR: $(dpkg-deb -f "$DEB" Depends)"
-  payload=$(dpkg-deb -c "$DEB" | awk '$1 !~ /^d/ {print substr($6, 2)}' | grep -v "^/usr/share/doc/" | sort)
-  want=$(printf '%s\n' "${expected[@]}" | sort)
-  [ "$payload" = "$want" ] || fail "the payload is not the files at $PG_CONFIG's directories:
-$(diff <(echo "$want") <(echo "$payload"))"
-  echo "test-package: no Debian package postgresql-$PG_MAJOR here: the payload is the ${#expected[@]} files at its pg_config directories; unpacking it into the server (dpkg-deb -x into $UNPACK, then the files only)"
-  # Not dpkg-deb -x into /: it also sets the mode of every directory on the
-  # payload's paths (/, /work, /tmp... when the checkout is below them) to the
-  # package's 0755. A test changes no directory outside the checkout and its
-  # own servers: only the files are copied, by rename (as scripts/install.sh,
-  # so that running servers keep the library they mapped), into directories
-  # that exist; the modes of those directories and their ancestors are checked.
-  modes() {
-    local f d
-    for f in "${expected[@]}"; do
-      d=$(dirname "$f")
-      while :; do
-        stat -c '%a %U:%G %n' "$d"
-        [ "$d" != / ] || break
-        d=$(dirname "$d")
-      done
-    done | sort -u
-  }
-  before=$(modes)
-  rm -rf "$UNPACK"
-  mkdir -p "$UNPACK"
-  dpkg-deb -x "$DEB" "$UNPACK"
-  for f in "${expected[@]}"; do
-    [ -d "$(dirname "$f")" ] || fail "$(dirname "$f") (the server's directory for $(basename "$f")) does not exist"
-    cp "$UNPACK$f" "$f.leaf_id_tmp"
-    chmod 0644 "$f.leaf_id_tmp"
-    mv -f "$f.leaf_id_tmp" "$f"
+# lay_out SRC_PREFIX DEST [SHARE]: the server of SRC_PREFIX copied to DEST
+# without leaf_id's files; with SHARE, its share directory moved there and
+# DEST/share a symlink to it. Refuses a DEST (or SHARE) it did not make.
+lay_out() {
+  local src=$1 dest=$2 share=${3:-} d
+  for d in "$dest" $share; do
+    if [ -e "$d" ] && [ ! -e "$d/$MARK" ]; then
+      fail "$d exists and is not this test's (a server installed here?): not touching it"
+    fi
+    rm -rf --one-file-system "$d"
+    made+=("$d")
   done
-  rm -rf "$UNPACK"
-  after=$(modes)
-  [ "$before" = "$after" ] || fail "unpacking changed directories:
-$(diff <(echo "$before") <(echo "$after"))"
-  cmp -s "$LIB" "target/debian/$NAME$LIB" || fail "the unpacked library differs from the packaged one"
-fi
+  install -d "$(dirname "$dest")"
+  cp -a "$src" "$dest"
+  rm -f "$dest"/lib/leaf_id.so "$dest"/share/extension/leaf_id*
+  touch "$dest/$MARK"
+  if [ -n "$share" ]; then
+    install -d "$(dirname "$share")"
+    mv "$dest/share" "$share"
+    ln -s "$share" "$dest/share"
+    touch "$share/$MARK"
+  fi
+  chmod -R o+rX "$dest" $share
+}
 
-if [ "$VIA_APT" = 1 ]; then
-# a leftover of an interrupted run would make the install below a no-op
-if installed; then dpkg -r "$NAME" >/dev/null 2>&1; fi
-# apt reads the file as the _apt user when it can, else it says so: copy it
-# to a place _apt can read
-cp "$DEB" /tmp/leaf-id-test.deb
-chmod 0644 /tmp/leaf-id-test.deb
-apt-get install -y -q --no-install-recommends /tmp/leaf-id-test.deb >/tmp/leaf-id-test-apt.log 2>&1 ||
-  { cat /tmp/leaf-id-test-apt.log; fail "apt-get install of the package failed"; }
-rm -f /tmp/leaf-id-test.deb
-installed || fail "$NAME is not installed after apt-get install"
-[ "$(dpkg-query -W -f='${Version}' "$NAME")" = "$VERSION" ] || fail "installed version is not $VERSION"
+# check_ids PG_CONFIG FORMAT: a cluster of that server preloads leaf_id, and
+# CREATE EXTENSION gives this version and distinct IDs of both modes
+check_ids() (
+  export PG_CONFIG=$1
+  local data=$ROOT/target/package-cluster-$PG_MAJOR-$2 got
+  . scripts/cluster.sh
+  mkdir -p "$ROOT/target"; ensure_postgres_can_reach "$ROOT/target"
+  cluster_stop "$data" immediate
+  cluster_init "$data" "$PORT" # preloads leaf_id
+  echo "$PG_CONFIG" >"$data/.pg_config"
+  cluster_start "$data"
+  psql_q() { as_pg "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PORT" -U postgres -d postgres "$@"; }
+  psql_q -c "CREATE EXTENSION leaf_id"
+  [ "$(psql_q -c "SELECT extversion FROM pg_extension WHERE extname = 'leaf_id'")" = "$VERSION" ] ||
+    fail "CREATE EXTENSION did not create version $VERSION"
+  psql_q -c "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('pkg', 100)"
+  # 1,000 single calls and a batch of 500 (several refills of step 100): all distinct
+  got=$(psql_q -c "WITH ids AS (SELECT leaf_segment_next('pkg') AS id FROM generate_series(1, 1000)
+                                UNION ALL SELECT leaf_segment_next('pkg', 500))
+                   SELECT count(*) || ' ' || count(DISTINCT id) || ' ' || min(id) FROM ids")
+  [ "$got" = "1500 1500 1" ] || fail "segment IDs: count, distinct, min = $got (want 1500 1500 1)"
+  # (the status is read after the draw: the first call waits for the worker id claim)
+  got=$(psql_q -c "CREATE TEMP TABLE sf AS SELECT leaf_snowflake_next() AS id FROM generate_series(1, 1000)" \
+    -c "SELECT count(DISTINCT id) || ' ' || bool_and(d.worker_id = s.worker_id)
+               || ' ' || bool_and(abs(extract(epoch FROM d.timestamp - now())) < 60)
+        FROM sf, leaf_snowflake_decode(sf.id) d, leaf_snowflake_status s")
+  [ "$got" = "1000 true true" ] || fail "snowflake IDs: distinct, worker id, timestamp = $got (want 1000 true true)"
+  [ "$(psql_q -c "SELECT setting FROM pg_settings WHERE name = 'dynamic_library_path'")" = '$libdir' ] ||
+    fail "the server looks for libraries elsewhere than its pkglibdir"
+  echo "test-package: $2: $("$PGBIN/postgres" --version) in $("$PG_CONFIG" --bindir): CREATE EXTENSION leaf_id $VERSION; 1500 segment and 1000 snowflake IDs, all distinct"
+  cluster_stop "$data"
+  rm -rf "$data"
+)
 
-owned=$(dpkg -L "$NAME")
-for f in "${expected[@]}"; do
-  grep -qxF "$f" <<<"$owned" || fail "dpkg -L $NAME does not list $f"
-  [ -f "$f" ] || fail "$f is listed but not installed"
-  [ "$(dpkg -S "$f" | cut -d: -f1)" = "$NAME" ] || fail "dpkg -S $f does not name $NAME"
-done
-cmp -s "$LIB" "target/debian/$NAME$LIB" || fail "the installed library differs from the packaged one"
-echo "test-package: $NAME $VERSION installed; it owns the library, the control file and ${#expected[@]} files in all"
-fi
+# check_owned FORMAT PG_CONFIG FILE...: the package manager lists exactly these
+# files of the payload, they are installed, and the library is the packaged one
+check_files() {
+  local format=$1 pgc=$2 owned f
+  shift 2
+  case $format in
+    deb) owned=$(dpkg -L "postgresql-$PG_MAJOR-leaf-id") ;;
+    rpm) owned=$(rpm -ql "leaf_id_$PG_MAJOR") ;;
+  esac
+  for f in "$@"; do
+    grep -qxF "$f" <<<"$owned" || fail "$format: the package does not list $f"
+    [ -f "$f" ] || fail "$format: $f is listed but not installed"
+  done
+  [ -f "$("$pgc" --pkglibdir)/leaf_id.so" ] || fail "$format: no leaf_id.so in the server's pkglibdir"
+  [ -f "$("$pgc" --sharedir)/extension/leaf_id.control" ] || fail "$format: no leaf_id.control in the server's sharedir"
+}
 
-mkdir -p "$ROOT/target"; ensure_postgres_can_reach "$ROOT/target"
-cluster_stop "$DATA" immediate
-cluster_init "$DATA" "$PORT" # preloads leaf_id
-cluster_start "$DATA"
-psql_q() { as_pg "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PORT" -U postgres -d postgres "$@"; }
-psql_q -c "CREATE EXTENSION leaf_id"
-[ "$(psql_q -c "SELECT extversion FROM pg_extension WHERE extname = 'leaf_id'")" = "$VERSION" ] ||
-  fail "CREATE EXTENSION did not create version $VERSION"
-psql_q -c "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('pkg', 100)"
-# 1,000 single calls and a batch of 500 (several refills of step 100): all distinct
-got=$(psql_q -c "WITH ids AS (SELECT leaf_segment_next('pkg') AS id FROM generate_series(1, 1000)
-                              UNION ALL SELECT leaf_segment_next('pkg', 500))
-                 SELECT count(*) || ' ' || count(DISTINCT id) || ' ' || min(id) FROM ids")
-[ "$got" = "1500 1500 1" ] || fail "segment IDs: count, distinct, min = $got (want 1500 1500 1)"
-# (the status is read after the draw: the first call waits for the worker id claim)
-got=$(psql_q -c "CREATE TEMP TABLE sf AS SELECT leaf_snowflake_next() AS id FROM generate_series(1, 1000)" \
-  -c "SELECT count(DISTINCT id) || ' ' || bool_and(d.worker_id = s.worker_id)
-             || ' ' || bool_and(abs(extract(epoch FROM d.timestamp - now())) < 60)
-      FROM sf, leaf_snowflake_decode(sf.id) d, leaf_snowflake_status s")
-[ "$got" = "1000 true true" ] || fail "snowflake IDs: distinct, worker id, timestamp = $got (want 1000 true true)"
-echo "test-package: CREATE EXTENSION leaf_id $VERSION; 1500 segment and 1000 snowflake IDs, all distinct"
-cluster_stop "$DATA"
-[ "$VIA_APT" = 1 ] || { echo "test-package: passed"; exit 0; }
+# check_gone FORMAT FILE...: after the removal, none of the files is left
+check_gone() {
+  local format=$1 f left=()
+  shift
+  for f in "$@"; do [ ! -e "$f" ] || left+=("$f"); done
+  [ ${#left[@]} -eq 0 ] || fail "$format: the removal left ${left[*]}"
+  echo "test-package: $format: removed, no file left"
+}
 
-dpkg -r "$NAME" >/dev/null 2>&1 || fail "dpkg -r $NAME failed"
-! installed || fail "$NAME is still installed after dpkg -r"
-left=()
-while read -r f; do
-  # directories such as /usr/lib/postgresql/15/lib belong to postgresql-15 too
-  if [ -e "$f" ] && [ ! -d "$f" ]; then left+=("$f"); fi
-done <<<"$owned"
-[ ${#left[@]} -eq 0 ] || fail "dpkg -r left ${left[*]}"
-[ ! -e "/usr/share/doc/$NAME" ] || fail "dpkg -r left /usr/share/doc/$NAME"
-echo "test-package: dpkg -r removed every file of the package"
-echo "test-package: passed"
+# payload LIBDIR EXTDIR: the files a package of this version must install
+payload() {
+  local s
+  echo "$1/leaf_id.so"; echo "$2/leaf_id.control"; echo "$2/leaf_id--$VERSION.sql"
+  for s in sql/leaf_id--*.sql; do echo "$2/$(basename "$s")"; done
+}
+
+test_deb() {
+  local deb server_pgc lib=/usr/lib/postgresql/$PG_MAJOR share=/usr/share/postgresql/$PG_MAJOR files ver
+  deb=$(bash scripts/package.sh | tail -n 1)
+  [ -f "$deb" ] || fail "scripts/package.sh made no .deb"
+  echo "test-package: deb: $(basename "$deb"), Depends: $(dpkg-deb -f "$deb" Depends)"
+  mapfile -t files < <(payload "$lib/lib" "$share/extension")
+  if deb_installed "postgresql-$PG_MAJOR" &&
+    [ "$(dpkg-query -W -f='${Maintainer}' "postgresql-$PG_MAJOR")" != "leaf_id package test" ]; then
+    echo "test-package: deb: into Debian's postgresql-$PG_MAJOR"
+  else
+    ver=$("$PG_CONFIG" --version | awk '{print $2}')
+    lay_out "$(dirname "$("$PG_CONFIG" --bindir)")" "$lib" "$share"
+    stand_in_deb "$ver"
+    echo "test-package: deb: into PostgreSQL $ver laid out at $lib and $share (stand-in postgresql-$PG_MAJOR $ver)"
+  fi
+  server_pgc=$lib/bin/pg_config
+  [ "$("$server_pgc" --pkglibdir)" = "$lib/lib" ] || fail "deb: the server's pkglibdir is $("$server_pgc" --pkglibdir)"
+  deb_installed "postgresql-$PG_MAJOR-leaf-id" && dpkg -r "postgresql-$PG_MAJOR-leaf-id" >/dev/null
+  # apt reads the file as the _apt user: a copy it can read
+  cp "$deb" /tmp/leaf-id-test.deb
+  chmod 0644 /tmp/leaf-id-test.deb
+  apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=600 /tmp/leaf-id-test.deb \
+    >/tmp/leaf-id-test-apt.log 2>&1 || { cat /tmp/leaf-id-test-apt.log; fail "apt-get install of the .deb failed"; }
+  rm -f /tmp/leaf-id-test.deb
+  check_files deb "$server_pgc" "${files[@]}"
+  cmp -s "$lib/lib/leaf_id.so" "target/debian/postgresql-$PG_MAJOR-leaf-id$lib/lib/leaf_id.so" ||
+    fail "deb: the installed library differs from the packaged one"
+  check_ids "$server_pgc" deb
+  dpkg -r "postgresql-$PG_MAJOR-leaf-id" >/dev/null
+  check_gone deb "${files[@]}" "/usr/share/doc/postgresql-$PG_MAJOR-leaf-id"
+}
+
+# stand_in_deb VERSION: an empty package postgresql-NN of that version
+stand_in_deb() {
+  local dir=$ROOT/target/package-stand-in/deb
+  rm -rf "$dir"; install -d "$dir/DEBIAN"
+  printf '%s\n' "Package: postgresql-$PG_MAJOR" "Version: $1" "Architecture: all" \
+    "Maintainer: leaf_id package test" "Description: stand-in for the server laid out by scripts/test-package.sh" \
+    >"$dir/DEBIAN/control"
+  dpkg-deb --root-owner-group --build "$dir" "$dir.deb" >/dev/null
+  dpkg -i "$dir.deb" >/dev/null
+}
+
+# stand_in_rpm VERSION: an empty rpm postgresqlNN-server of that version
+stand_in_rpm() {
+  local top=$ROOT/target/package-stand-in/rpm
+  rm -rf "$top"; install -d "$top/SPECS"
+  printf '%s\n' "Name: postgresql$PG_MAJOR-server" "Version: $1" "Release: leafidtest" \
+    "Summary: stand-in for the server laid out by scripts/test-package.sh" "License: PostgreSQL" \
+    "BuildArch: noarch" "%description" "stand-in" "%files" >"$top/SPECS/stand-in.spec"
+  rpmbuild -bb --quiet --define "_topdir $top" "$top/SPECS/stand-in.spec" >/dev/null 2>&1 ||
+    fail "rpmbuild of the stand-in failed"
+  rpm -i "$top"/RPMS/noarch/*.rpm
+}
+
+test_rpm() {
+  local rpmf prefix=/usr/pgsql-$PG_MAJOR src ver files
+  rpmf=$(bash scripts/package.sh rpm | tail -n 1)
+  [ -f "$rpmf" ] || fail "scripts/package.sh rpm made no .rpm"
+  echo "test-package: rpm: $(basename "$rpmf"), requires: $(rpm -qpR "$rpmf" | grep -v '^rpmlib' | tr '\n' ' ')"
+  src=$(dirname "$("$PG_CONFIG" --bindir)")
+  if [ "$PG_MAJOR" = 15 ] && [ "$PG_CONFIG" = /usr/lib/postgresql/15/bin/pg_config ]; then
+    # Debian's 15 is not relocatable: the 15.19 wheel, which the library serves too
+    src=$(bash scripts/pg-wheel.sh 15 | sed -n 's/^PG15_PG_CONFIG=//p')
+    src=$(dirname "$(dirname "$src")")
+  fi
+  ver=$("$src/bin/pg_config" --version | awk '{print $2}')
+  mapfile -t files < <(payload "$prefix/lib" "$prefix/share/extension")
+  lay_out "$src" "$prefix"
+  stand_in_rpm "$ver"
+  echo "test-package: rpm: into PostgreSQL $ver laid out at $prefix (stand-in postgresql$PG_MAJOR-server $ver)"
+  rpm -i "$rpmf" || fail "rpm -i of the .rpm failed"
+  check_files rpm "$prefix/bin/pg_config" "${files[@]}"
+  cmp -s "$prefix/lib/leaf_id.so" "target/rpm/payload$prefix/lib/leaf_id.so" ||
+    fail "rpm: the installed library differs from the packaged one"
+  check_ids "$prefix/bin/pg_config" rpm
+  rpm -e "leaf_id_$PG_MAJOR"
+  check_gone rpm "${files[@]}" "/usr/share/licenses/leaf_id_$PG_MAJOR"
+}
+
+test_deb
+test_rpm
+echo "test-package: passed (deb and rpm, PostgreSQL $PG_MAJOR)"

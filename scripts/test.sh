@@ -19,9 +19,9 @@
 #  2. install (release build; one cargo target directory per major)
 #  3. pg_regress suite in pg_test/ (SQL + expected output)
 #  4. real-client tests (tests/client, Rust `postgres` crate)
-#  5. the Debian package (scripts/package.sh): apt-get install, IDs, removal;
-#     puts the plain install back (on 16 to 18: the payload checked and
-#     unpacked into the server)
+#  5. the packages (scripts/package.sh): the .deb and the .rpm at the PGDG
+#     paths, installed with apt-get and rpm into a server laid out there, IDs,
+#     removal; puts the plain install back
 #  6. client examples in examples/ (Python psycopg, SQLAlchemy and Django;
 #     Rust postgres and sqlx; Ruby ActiveRecord; Node.js pg and Sequelize),
 #     the docs' SQL blocks and the reference check
@@ -123,7 +123,7 @@ for major in $MAJORS; do
       bash scripts/test-client.sh
     fi
 
-    echo "== Debian package, PostgreSQL $PG_MAJOR"
+    echo "== packages (.deb and .rpm), PostgreSQL $PG_MAJOR"
     bash scripts/test-package.sh
 
     echo "== client examples, PostgreSQL $PG_MAJOR"
