@@ -9,7 +9,7 @@
 #   bash scripts/deps.sh base       # build and run leaf_id (scripts/setup.sh runs it)
 #   bash scripts/deps.sh test       # base and what every test suite needs
 #   bash scripts/deps.sh apt PKG... # more Debian packages (e.g. python3-matplotlib)
-#   bash scripts/deps.sh citus | pg18-source | patroni | django | node | exporter
+#   bash scripts/deps.sh citus | pg18-source | patroni | django | node | exporter | pgbouncer
 #
 # Groups:
 #   base        Debian's PostgreSQL 15 and its headers, clang (pgrx), make,
@@ -27,7 +27,10 @@
 #               example's pg and Sequelize (npm ci) into target/nodedeps
 #   exporter    Debian's prometheus-postgres-exporter, downloaded and unpacked
 #               into target/exporter (not installed)
-#   test        base, citus, rpm (package.sh rpm), patroni, django, node, exporter
+#   pgbouncer   Debian's pgbouncer, downloaded and unpacked into
+#               target/pgbouncer (not installed), and the libraries it loads
+#   test        base, citus, rpm (package.sh rpm), patroni, django, node,
+#               exporter, pgbouncer
 #
 # A project-local group whose registry cannot be reached is not a failure
 # here: it writes the reason to target/deps/GROUP.skip, and the suite that
@@ -47,6 +50,8 @@ BASE_PKGS=(postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-de
   pkg-config make dpkg-dev python3-pip python3-psycopg python3-psycopg2 python3-sqlalchemy
   ruby-activerecord ruby-pg)
 CITUS_PKGS=(build-essential liblz4-dev libzstd-dev libkrb5-dev)
+# the libraries Debian's pgbouncer binary loads (scripts/test-pgbouncer.sh)
+PGBOUNCER_LIBS=(libevent-2.1-7 libc-ares2)
 # scripts/package.sh rpm and the package test (rpmbuild, rpm)
 RPM_PKGS=(rpm)
 PG18_PKGS=(build-essential bison flex libreadline-dev zlib1g-dev libicu-dev libssl-dev pkg-config libipc-run-perl bzip2)
@@ -144,21 +149,24 @@ group_node() {
   echo "$stamp" >"$dir/.stamp"
 }
 
-group_exporter() {
-  local dir=$ROOT/target/exporter
-  [ -x "$dir/usr/bin/prometheus-postgres-exporter" ] && return 0
-  ready_only && { [ -f "$DEPS/exporter.skip" ] && return 0; not_ready "prometheus-postgres-exporter ($dir)" exporter; }
-  rm -rf "$dir" "$DEPS/exporter.skip"
+# fetch_deb GROUP PACKAGE BINARY: PACKAGE's .deb downloaded and unpacked into
+# target/GROUP (nothing installed, no service started), done once BINARY is
+# there; a download that fails is a skip of GROUP
+fetch_deb() {
+  local group=$1 pkg=$2 dir=$ROOT/target/$1
+  [ -x "$dir/$3" ] && return 0
+  ready_only && { [ -f "$DEPS/$group.skip" ] && return 0; not_ready "$pkg ($dir)" "$group"; }
+  rm -rf "$dir" "$DEPS/$group.skip"
   mkdir -p "$dir"
   # a machine whose package lists were never fetched: fetch them once
-  if ! (cd "$dir" && apt-get download prometheus-postgres-exporter >"$DEPS/exporter.log" 2>&1) &&
-    ! { [ "$(id -u)" = 0 ] && apt-get update -qq >>"$DEPS/exporter.log" 2>&1 &&
-        (cd "$dir" && apt-get download prometheus-postgres-exporter >>"$DEPS/exporter.log" 2>&1); }; then
-    cat "$DEPS/exporter.log" >&2
-    skip exporter "apt-get download prometheus-postgres-exporter failed ($DEPS/exporter.log)"
+  if ! (cd "$dir" && apt-get download "$pkg" >"$DEPS/$group.log" 2>&1) &&
+    ! { [ "$(id -u)" = 0 ] && apt-get update -qq >>"$DEPS/$group.log" 2>&1 &&
+        (cd "$dir" && apt-get download "$pkg" >>"$DEPS/$group.log" 2>&1); }; then
+    cat "$DEPS/$group.log" >&2
+    skip "$group" "apt-get download $pkg failed ($DEPS/$group.log)"
     return 0
   fi
-  dpkg-deb -x "$dir"/prometheus-postgres-exporter_*.deb "$dir"
+  dpkg-deb -x "$dir/${pkg}"_*.deb "$dir"
 }
 
 run_group() {
@@ -170,12 +178,14 @@ run_group() {
     patroni) group_patroni ;;
     django) group_django ;;
     node) group_node ;;
-    exporter) group_exporter ;;
+    exporter) fetch_deb exporter prometheus-postgres-exporter usr/bin/prometheus-postgres-exporter ;;
+    # PgBouncer's binary, and the libraries it loads (no service)
+    pgbouncer) apt_install "${PGBOUNCER_LIBS[@]}"; fetch_deb pgbouncer pgbouncer usr/sbin/pgbouncer ;;
     # one apt-get for the packages, then the project-local ones
     test) apt_install "${BASE_PKGS[@]}" "${CITUS_PKGS[@]}" "${RPM_PKGS[@]}"
       group_pgrx
-      for g in node django patroni exporter; do run_group "$g"; done ;;
-    *) echo "usage: scripts/deps.sh base|test|pgrx|citus|pg18-source|patroni|django|node|exporter|apt PKG..." >&2; exit 2 ;;
+      for g in node django patroni exporter pgbouncer; do run_group "$g"; done ;;
+    *) echo "usage: scripts/deps.sh base|test|pgrx|citus|pg18-source|patroni|django|node|exporter|pgbouncer|apt PKG..." >&2; exit 2 ;;
   esac
 }
 

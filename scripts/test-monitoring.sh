@@ -17,13 +17,7 @@ DATA=$ROOT/target/monitoring-cluster$PG_SUFFIX
 EXPORTER=$DIR/usr/bin/prometheus-postgres-exporter
 
 # fetched by scripts/deps.sh, the one place that installs
-bash scripts/deps.sh exporter
-if [ -f "$ROOT/target/deps/exporter.skip" ]; then
-  echo "################################################################################"
-  echo "SKIP: the monitoring test: $(cat "$ROOT/target/deps/exporter.skip")"
-  echo "################################################################################"
-  exit 3
-fi
+. scripts/deps-or-skip.sh exporter "the monitoring test"
 echo "monitoring: $("$EXPORTER" --version 2>&1 | head -1)"
 
 mkdir -p "$ROOT/target"; ensure_postgres_can_reach "$ROOT/target"

@@ -29,13 +29,7 @@ fi
 
 # Patroni, once per version of the requirements: scripts/deps.sh, the one
 # place that installs (scripts/test.sh ran it before its parallel jobs)
-bash scripts/deps.sh patroni
-if [ -f "$ROOT/target/deps/patroni.skip" ]; then
-  echo "################################################################################"
-  echo "SKIP: the Patroni test: $(cat "$ROOT/target/deps/patroni.skip")"
-  echo "################################################################################"
-  exit 3
-fi
+. scripts/deps-or-skip.sh patroni "the Patroni test"
 
 ensure_postgres_can_reach "$ROOT/target"
 chmod -R o+rX "$PYDIR" "$ROOT/tests/patroni"

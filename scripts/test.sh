@@ -26,7 +26,8 @@
 #     Rust postgres and sqlx; Ruby ActiveRecord; Node.js pg and Sequelize),
 #     the docs' SQL blocks and the reference check
 #  6a. on 17: the README's quick start as written (scripts/test-quickstart.sh)
-#  6b. the monitoring test: Debian's prometheus-postgres-exporter with
+#  6b. PgBouncer in transaction pooling in front of a server (scripts/test-pgbouncer.sh)
+#  6c. the monitoring test: Debian's prometheus-postgres-exporter with
 #     examples/prometheus/queries.yaml against a real server
 #  then, once every major is built and installed:
 #  7. TAP tests in tests/tap (crashes, restarts, clock, several databases) of
@@ -89,6 +90,18 @@ echo "== one version (Cargo.toml, META.json, the newest update script, CHANGELOG
 bash scripts/check-version.sh
 bash scripts/test-version.sh
 
+# may_skip NAME SCRIPT: run SCRIPT; its exit 3 (a SKIP line) is noted for
+# the last line, any other failure ends the run
+may_skip() {
+  local rc=0
+  bash "$2" || rc=$?
+  case $rc in
+    0) ;;
+    3) echo "$1: SKIPPED (see its SKIP line above)" >>"$NOTES" ;;
+    *) exit "$rc" ;;
+  esac
+}
+
 ran=()
 first=1
 for major in $MAJORS; do
@@ -135,14 +148,11 @@ for major in $MAJORS; do
       bash scripts/test-quickstart.sh
     fi
 
+    echo "== PgBouncer in transaction pooling, PostgreSQL $PG_MAJOR"
+    may_skip "PgBouncer test on $PG_MAJOR" scripts/test-pgbouncer.sh
+
     echo "== monitoring (prometheus-postgres-exporter), PostgreSQL $PG_MAJOR"
-    rc=0
-    bash scripts/test-monitoring.sh || rc=$?
-    case $rc in
-      0) ;;
-      3) echo "monitoring test on $PG_MAJOR: SKIPPED (see its SKIP line above)" >>"$NOTES" ;;
-      *) exit "$rc" ;;
-    esac
+    may_skip "monitoring test on $PG_MAJOR" scripts/test-monitoring.sh
   )
   ran+=("$major")
   first=0
