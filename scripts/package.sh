@@ -36,8 +36,8 @@ case $FORMAT in
 esac
 SUMMARY="Meituan Leaf distributed IDs for PostgreSQL $PG_MAJOR (leaf_id extension)"
 DESCRIPTION="leaf_id brings Meituan Leaf's distributed ID generator into PostgreSQL:
-roughly increasing 64-bit IDs from SQL, shared by all sessions, never handed
-out twice per tag or per worker id, across crashes and restarts.
+64-bit IDs from SQL (roughly increasing, or opaque), shared by all sessions,
+never handed out twice per tag or per worker id, across crashes and restarts.
 
 Segment mode, leaf_segment_next(tag), hands out IDs from ranges reserved in
 the table leaf_alloc by a background worker and held in shared memory.
@@ -45,7 +45,8 @@ Snowflake mode, leaf_snowflake_next(), builds time-based IDs with a worker
 id claimed from the table leaf_worker.
 
 The library must be preloaded: add leaf_id to shared_preload_libraries,
-restart the server, then CREATE EXTENSION leaf_id in each database."
+restart the server, then CREATE EXTENSION leaf_id SCHEMA leaf_id in each
+database, in a schema only superusers own (see the README's quick start)."
 
 # the [package] version: the first `version = "..."` line of Cargo.toml
 VERSION=$(sed -n 's/^version[[:space:]]*=[[:space:]]*"\([^"]*\)".*/\1/p' Cargo.toml | head -n 1)
