@@ -44,7 +44,10 @@ missing=()
 [ -f "$("$PG_CONFIG" --includedir-server)/postgres.h" ] ||
   missing+=("the server's headers ($("$PG_CONFIG" --includedir-server)/postgres.h)")
 command -v clang >/dev/null 2>&1 || missing+=("clang")
-ldconfig -p 2>/dev/null | grep -q 'libclang[-.0-9]*\.so' || [ -n "${LIBCLANG_PATH:-}" ] ||
+# (the list read whole first: with pipefail, grep -q's early exit would
+# fail ldconfig with SIGPIPE)
+libs=$(ldconfig -p 2>/dev/null || true)
+grep -q 'libclang[-.0-9]*\.so' <<<"$libs" || [ -n "${LIBCLANG_PATH:-}" ] ||
   missing+=("libclang (or LIBCLANG_PATH naming its directory)")
 command -v cc >/dev/null 2>&1 || missing+=("a C compiler (cc)")
 command -v make >/dev/null 2>&1 || missing+=("make")
