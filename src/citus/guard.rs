@@ -13,6 +13,7 @@
 //! arguments are columns, so nothing folds them into a constant.
 
 use crate::errors::raise;
+use crate::runtime::text_arg::TextArg;
 use pgrx::prelude::*;
 
 #[pg_extern(immutable, parallel_safe)]
@@ -36,12 +37,15 @@ fn leaf_id_worker_row_conflict(
 }
 
 #[pg_extern(immutable, parallel_safe)]
-fn leaf_id_alloc_row_conflict(biz_tag: Option<&str>, max_id: Option<i64>) -> Option<i64> {
+fn leaf_id_alloc_row_conflict(biz_tag: Option<TextArg>, max_id: Option<i64>) -> Option<i64> {
+    // (the tag only names it in the message: its bytes shown, never taken
+    // for characters unchecked)
+    let biz_tag = biz_tag.map(|t| String::from_utf8_lossy(t.bytes()).into_owned());
     raise(
         PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
         format!(
             "leaf_alloc.max_id of tag \"{}\" is {} in one copy of the table and different in another",
-            biz_tag.unwrap_or("NULL"),
+            biz_tag.as_deref().unwrap_or("NULL"),
             max_id.map_or("NULL".into(), |m| m.to_string()),
         ),
         Some("The copies of the Citus reference table leaf_alloc disagree; no range is reserved."),

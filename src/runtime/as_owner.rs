@@ -9,6 +9,7 @@
 //! adopt functions call it); `leaf_opaque_grant` uses the switch to read a
 //! key as the extension's owner.
 
+use crate::runtime::text_arg::TextArg;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::spi::Spi;
@@ -16,7 +17,8 @@ use pgrx::spi::Spi;
 /// The largest value of integer column `col` of plain or partitioned table
 /// `tab`, read as the table's owner in a security-restricted operation.
 #[pg_extern(volatile, parallel_unsafe)]
-fn leaf_id_column_max(tab: pg_sys::Oid, col: &str) -> Option<i64> {
+fn leaf_id_column_max(tab: pg_sys::Oid, col: TextArg) -> Option<i64> {
+    let col = col.text();
     // reads as another role: never for anyone granted EXECUTE by mistake
     if !unsafe { pg_sys::superuser() } {
         crate::errors::raise(

@@ -1,9 +1,16 @@
-//! `TextArg`: a `text` argument read in place, for the functions called once
-//! per ID (`leaf_segment_next(tag)`). pgrx's `&str` detoasts every argument
-//! through a guarded FFI call (a `sigsetjmp` per call); a tag is short and
-//! stored inline (a 1-byte or 4-byte uncompressed header), so its bytes are
-//! read where they are, and only a compressed or out-of-line value goes
-//! through `pg_detoast_datum_packed`. To SQL it is `text`, as `&str` was.
+//! `TextArg`: a `text` argument read in place, and checked as UTF-8 before
+//! anything takes it for characters. pgrx's `&str` detoasts every argument
+//! through a guarded FFI call (a `sigsetjmp` per call) and takes the bytes
+//! for UTF-8 unchecked; a tag is short and stored inline (a 1-byte or 4-byte
+//! uncompressed header), so its bytes are read where they are, and only a
+//! compressed or out-of-line value goes through `pg_detoast_datum_packed`.
+//! To SQL it is `text`, as `&str` was.
+//!
+//! Why the check even in a UTF-8 database: the server checks the encoding of
+//! what it parses, but not of a custom setting sent at connection start
+//! (`PGOPTIONS='-c x.t=...'`), so `current_setting('x.t')` can hand a
+//! function bytes that are not UTF-8, and a `str` made of them is undefined
+//! behaviour in Rust.
 
 use pgrx::callconv::{Arg, ArgAbi};
 use pgrx::datum::FromDatum;
@@ -14,23 +21,38 @@ use pgrx::pgrx_sql_entity_graph::metadata::{
 };
 use pgrx::varlena::{varatt_is_1b_e, varatt_is_4b_c, varlena_to_byte_slice};
 
-/// A `text` argument's characters.
-pub struct TextArg<'a>(pub &'a str);
+/// A `text` argument's bytes, not yet checked as UTF-8.
+pub struct TextArg<'a>(&'a [u8]);
 
-/// Is the database's encoding UTF-8 (asked once per backend: a database
-/// never changes its encoding)?
-fn database_is_utf8() -> bool {
-    static mut UTF8: Option<bool> = None;
-    unsafe {
-        match UTF8 {
-            Some(yes) => yes,
-            None => {
-                let yes = pg_sys::GetDatabaseEncoding() == pg_sys::pg_enc::PG_UTF8 as i32;
-                UTF8 = Some(yes);
-                yes
-            }
+impl<'a> TextArg<'a> {
+    /// The bytes as they came.
+    #[inline]
+    pub fn bytes(&self) -> &'a [u8] {
+        self.0
+    }
+
+    /// The characters: the bytes checked as UTF-8, else `22021`.
+    pub fn text(&self) -> &'a str {
+        match std::str::from_utf8(self.0) {
+            Ok(text) => text,
+            Err(_) => not_utf8(),
         }
     }
+}
+
+fn not_utf8() -> ! {
+    // SAFETY: reads the database's encoding, set before any SQL function runs.
+    let utf8_database = unsafe { pg_sys::GetDatabaseEncoding() } == pg_sys::pg_enc::PG_UTF8 as i32;
+    let message = if utf8_database {
+        "leaf_id takes text of UTF-8 characters only, and this argument is not valid UTF-8 (a custom setting sent at connection start is not checked by the server)"
+    } else {
+        "leaf_id takes text of UTF-8 characters only (this database's encoding is not UTF-8, and the argument is not valid UTF-8)"
+    };
+    crate::errors::raise(
+        pgrx::PgSqlErrorCode::ERRCODE_CHARACTER_NOT_IN_REPERTOIRE,
+        message,
+        None,
+    )
 }
 
 impl FromDatum for TextArg<'_> {
@@ -43,25 +65,14 @@ impl FromDatum for TextArg<'_> {
             return None;
         }
         let mut varlena = datum.cast_mut_ptr::<pg_sys::varlena>();
+        // SAFETY: a non-null `text` datum points to a varlena that lives as
+        // long as the call; a compressed or out-of-line one is detoasted
+        // into memory of the call's context first.
         unsafe {
-            // out of line (a TOAST pointer) or compressed: detoasted
             if varatt_is_1b_e(varlena) || varatt_is_4b_c(varlena) {
                 varlena = pg_sys::pg_detoast_datum_packed(varlena);
             }
-            let bytes = varlena_to_byte_slice(varlena);
-            if database_is_utf8() {
-                // the server checked the text's encoding when it made it
-                Some(TextArg(std::str::from_utf8_unchecked(bytes)))
-            } else {
-                match std::str::from_utf8(bytes) {
-                    Ok(text) => Some(TextArg(text)),
-                    Err(_) => crate::errors::raise(
-                        pgrx::PgSqlErrorCode::ERRCODE_CHARACTER_NOT_IN_REPERTOIRE,
-                        "leaf_id takes tags of UTF-8 characters only (this database's encoding is not UTF-8, and the tag is not valid UTF-8)",
-                        None,
-                    ),
-                }
-            }
+            Some(TextArg(varlena_to_byte_slice(varlena)))
         }
     }
 }

@@ -340,14 +340,19 @@ pub fn shard_alloc_row(shard: &Shard, limits: bool) -> String {
 }
 
 /// Every tag.
+/// (As UTF-8 bytes: in a database of another encoding a name need not be
+/// UTF-8 as it is stored, and the slots hold UTF-8.)
 pub fn alloc_tags(s: &Schema) -> String {
-    format!("SELECT biz_tag FROM {}", s.table(Table::Alloc))
+    format!(
+        "SELECT pg_catalog.convert_to(biz_tag, 'UTF8') FROM {}",
+        s.table(Table::Alloc)
+    )
 }
 
-/// Which of the tags in array $1 have a row.
+/// Which of the tags in array $1 have a row (as UTF-8 bytes, as above).
 pub fn alloc_tags_among(s: &Schema) -> String {
     format!(
-        "SELECT biz_tag::pg_catalog.text FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.text[])",
+        "SELECT pg_catalog.convert_to(biz_tag, 'UTF8') FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.text[])",
         s.table(Table::Alloc)
     )
 }

@@ -232,15 +232,15 @@ impl SegmentJobs {
                     .select(&sql::alloc_tags_among(schema), None, &[names.into()])
                     .map_err(spi_err)?;
                 Ok(rows
-                    .filter_map(|r| r.get::<String>(1).ok().flatten())
-                    .collect::<HashSet<String>>())
+                    .filter_map(|r| r.get::<Vec<u8>>(1).ok().flatten())
+                    .collect::<HashSet<Vec<u8>>>())
             })
         });
         // a failed lookup leaves them to their refills, which say why
         let Ok(found) = found else { return };
         let mut answered = false;
         for (i, epoch, tag) in waiting {
-            if found.contains(&tag) {
+            if found.contains(tag.as_bytes()) {
                 continue;
             }
             let slot = sh.tag(i);
@@ -499,13 +499,15 @@ impl SegmentJobs {
                     .select(&sql::alloc_tags(schema), None, &[])
                     .map_err(spi_err)?;
                 Ok(rows
-                    .filter_map(|r| r.get::<String>(1).ok().flatten())
-                    .collect::<HashSet<String>>())
+                    .filter_map(|r| r.get::<Vec<u8>>(1).ok().flatten())
+                    .collect::<HashSet<Vec<u8>>>())
             })
         });
         let tags = match tags {
             Ok(t) => t,
             Err(e) => {
+                // deleted tags keep their slots until a check succeeds: say so
+                pgrx::warning!("leaf_id: the check for deleted tags failed: {}", e.message);
                 ctx.note(&e);
                 return;
             }
@@ -515,7 +517,7 @@ impl SegmentJobs {
             let _g = sh.lock_tag(i);
             if slot.dboid.load(SeqCst) == ctx.dboid
                 && slot.status() == TagStatus::Active
-                && !tags.contains(&slot.tag())
+                && !tags.contains(slot.tag().as_bytes())
             {
                 slot.pair.retire();
                 slot.status.store(TagStatus::Missing as u32, SeqCst);

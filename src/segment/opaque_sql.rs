@@ -7,6 +7,7 @@
 //! it checks its caller itself.
 
 use crate::errors::raise;
+use crate::runtime::text_arg::TextArg;
 use crate::runtime::worker_sql;
 use crate::segment::opaque::{Domain, DomainError};
 use pgrx::pg_sys;
@@ -72,7 +73,8 @@ fn leaf_id_opaque_code(
 /// hands out the domain's encodings of its counters, which is what decoding
 /// reveals. Reads the key as the extension's owner.
 #[pg_extern(volatile, parallel_unsafe)]
-fn leaf_opaque_grant(domain: Option<&str>, tag: Option<&str>, max_id: Option<i64>) -> i64 {
+fn leaf_opaque_grant(domain: Option<TextArg>, tag: Option<TextArg>, max_id: Option<i64>) -> i64 {
+    let (domain, tag) = (domain.map(|d| d.text()), tag.map(|t| t.text()));
     let (Some(domain), Some(tag), Some(max_id)) = (domain, tag, max_id) else {
         raise(
             PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,

@@ -6,7 +6,9 @@ use crate::errors::{raise, raise_recorded, require_writable};
 use crate::runtime::backend::{self, Deadline};
 use crate::runtime::backend_local::BackendLocal;
 use crate::runtime::clock::tstz_from_unix_us;
-use crate::runtime::shmem::{NoTagSlot, Role, Shared, TAG_MAX_CHARS, TagSlot, TagStatus};
+use crate::runtime::shmem::{
+    NoTagSlot, Role, Shared, TAG_MAX_BYTES, TAG_MAX_CHARS, TagSlot, TagStatus,
+};
 use crate::runtime::standby_wait;
 use crate::runtime::text_arg::TextArg;
 use crate::segment::buffer::{SlowPath, TakeMany};
@@ -57,6 +59,18 @@ fn validate_tag(tag: Option<&str>) -> &str {
         raise(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
             format!("leaf_id tag is {chars} characters long; the limit is {TAG_MAX_CHARS}"),
+            None,
+        );
+    }
+    // (a tag is UTF-8 here, so 128 characters are at most 512 bytes; the
+    // bytes are bounded all the same, as a slot holds that many)
+    if tag.len() > TAG_MAX_BYTES {
+        raise(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!(
+                "leaf_id tag is {} bytes long; the limit is {TAG_MAX_CHARS} characters ({TAG_MAX_BYTES} bytes)",
+                tag.len()
+            ),
             None,
         );
     }
@@ -499,9 +513,29 @@ fn take_ids(
     }
 }
 
+/// The tag's characters: its bytes taken as they are when they equal the
+/// last tag this session looked up (checked then), else checked as UTF-8
+/// (`22021`). Most calls repeat the previous tag, and this spares them
+/// the check.
+fn tag_text<'a>(arg: TextArg<'a>) -> &'a str {
+    let bytes = arg.bytes();
+    let seen = LAST_TAG
+        .get()
+        .borrow()
+        .as_ref()
+        .is_some_and(|(t, _)| same_bytes(t.as_bytes(), bytes));
+    if seen {
+        // SAFETY: `bytes` equal the bytes of a `String` (LAST_TAG's), and a
+        // `String` holds UTF-8 only.
+        unsafe { std::str::from_utf8_unchecked(bytes) }
+    } else {
+        arg.text()
+    }
+}
+
 #[pg_extern(volatile, parallel_unsafe)]
 fn leaf_segment_next(tag: Option<TextArg>) -> i64 {
-    let tag = validate_tag(tag.map(|t| t.0));
+    let tag = validate_tag(tag.map(tag_text));
     require_writable("leaf_segment_next()");
     next_id(tag)
 }
@@ -514,8 +548,8 @@ const BATCH_CHUNK: u64 = 256;
 /// chunk of up to `BATCH_CHUNK` IDs is one `fetch_add` on the current
 /// segment, so single calls of other sessions get in between.
 #[pg_extern(volatile, parallel_unsafe, name = "leaf_segment_next")]
-fn leaf_segment_next_n(tag: Option<&str>, n: Option<i32>) -> SetOfIterator<'static, i64> {
-    let tag = validate_tag(tag);
+fn leaf_segment_next_n(tag: Option<TextArg>, n: Option<i32>) -> SetOfIterator<'static, i64> {
+    let tag = validate_tag(tag.map(|t| t.text()));
     require_writable("leaf_segment_next()");
     let tag = tag.to_string();
     backend::ids_in_chunks(n, move |left| {

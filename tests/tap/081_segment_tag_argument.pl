@@ -88,7 +88,7 @@ INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('plain', 700, 10);
 is($node->safe_psql('latin', q{SELECT leaf_segment_next('plain'), leaf_segment_next('plain')}),
 	'700|701', 'LATIN1 database: an ASCII tag draws');
 ($rc, $out, $err) = $node->psql('latin', "\\set VERBOSITY verbose\nSELECT leaf_segment_next('caf' || chr(233))");
-like($err, qr/ERROR:  22021: leaf_id takes tags of UTF-8 characters only/,
+like($err, qr/ERROR:  22021: leaf_id takes text of UTF-8 characters only/,
 	'LATIN1 database: a non-ASCII tag is refused with 22021');
 is($node->safe_psql('latin', q{SELECT leaf_segment_next('plain')}), '702',
 	'LATIN1 database: the session draws on after the refusal');
