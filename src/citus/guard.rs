@@ -19,15 +19,16 @@ use pgrx::prelude::*;
 #[pg_extern(immutable, parallel_safe)]
 fn leaf_id_worker_row_conflict(
     worker_id: Option<i32>,
-    node_name: Option<&str>,
+    node_name: Option<TextArg>,
     owner_token: Option<i64>,
 ) -> Option<i64> {
+    let node_name = node_name.map(|n| String::from_utf8_lossy(n.bytes()).into_owned());
     raise(
         PgSqlErrorCode::ERRCODE_OBJECT_IN_USE,
         format!(
             "the leaf_worker row of worker id {} is not held by this server: it has node \"{}\" and owner token {}",
             worker_id.map_or("NULL".into(), |w| w.to_string()),
-            node_name.unwrap_or("NULL"),
+            node_name.as_deref().unwrap_or("NULL"),
             owner_token.map_or("NULL".into(), |t| t.to_string()),
         ),
         Some(

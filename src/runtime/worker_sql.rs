@@ -340,19 +340,20 @@ pub fn shard_alloc_row(shard: &Shard, limits: bool) -> String {
 }
 
 /// Every tag.
-/// (As UTF-8 bytes: in a database of another encoding a name need not be
-/// UTF-8 as it is stored, and the slots hold UTF-8.)
+/// (As the bytes they are stored as, which the slots hold too: a `text`
+/// column of a database whose encoding is not UTF-8 need not be UTF-8,
+/// and is never taken for Rust characters.)
 pub fn alloc_tags(s: &Schema) -> String {
     format!(
-        "SELECT pg_catalog.convert_to(biz_tag, 'UTF8') FROM {}",
+        "SELECT pg_catalog.convert_to(biz_tag, pg_catalog.getdatabaseencoding()) FROM {}",
         s.table(Table::Alloc)
     )
 }
 
-/// Which of the tags in array $1 have a row (as UTF-8 bytes, as above).
+/// Which of the tags in array $1 have a row (as their stored bytes, as above).
 pub fn alloc_tags_among(s: &Schema) -> String {
     format!(
-        "SELECT pg_catalog.convert_to(biz_tag, 'UTF8') FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.text[])",
+        "SELECT pg_catalog.convert_to(biz_tag, pg_catalog.getdatabaseencoding()) FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.text[])",
         s.table(Table::Alloc)
     )
 }

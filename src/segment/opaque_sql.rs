@@ -40,13 +40,17 @@ fn leaf_id_opaque_permute(bits: i32, key: &[u8], value: i64, inverse: bool) -> i
 /// the domain's row (`bits` and `key` NULL: there is none).
 #[pg_extern(immutable, parallel_safe)]
 fn leaf_id_opaque_code(
-    caller: &str,
-    domain: Option<&str>,
+    caller: TextArg,
+    domain: Option<TextArg>,
     value: Option<i64>,
     inverse: bool,
     bits: Option<i32>,
     key: Option<&[u8]>,
 ) -> i64 {
+    // (both only name things in messages: shown, never taken for
+    // characters unchecked)
+    let caller = String::from_utf8_lossy(caller.bytes());
+    let domain = domain.map(|d| String::from_utf8_lossy(d.bytes()));
     let (Some(domain), Some(value)) = (domain, value) else {
         raise(
             PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
