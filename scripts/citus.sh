@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Make sure Citus is installed into the PostgreSQL that scripts/pg.sh picks
-# (PG_MAJOR=15, the system's, by default; 16 and 17 from the wheels in
+# (PG_MAJOR=15, the system's, by default; 16 to 18 from the wheels in
 # target/pgNN), for the Citus test suite (tests/citus). No package registry
-# here has Citus, so it is built from a source tarball named by
-# LEAF_ID_CITUS_TARBALL (a `git archive` of github.com/citusdata/citus
-# v13.2.2; Citus 13 supports PostgreSQL 15 to 17, so 18 is refused here).
+# here has Citus, so it is built from a source tarball (a `git archive` of
+# github.com/citusdata/citus):
+#   15        Citus 13.2.2, from LEAF_ID_CITUS_TARBALL (the last Citus line
+#             for 15; it supports 15 to 17)
+#   16 to 18  Citus 14.0.1, from LEAF_ID_CITUS14_TARBALL (14 supports 16 to 18)
 # Nothing of Citus is part of leaf_id or of this repository.
 #
 #   scripts/citus.sh                 # install Citus into 15 if it is missing
@@ -13,8 +15,9 @@
 #
 # Exit status:
 #   0  Citus is installed (already, or now)
-#   3  Citus is not installed and LEAF_ID_CITUS_TARBALL is not set: the Citus
-#      suite must be skipped, and the caller prints a SKIP line (never silently)
+#   3  Citus is not installed and the major's tarball variable is not set:
+#      the Citus suite must be skipped, and the caller prints a SKIP line
+#      (never silently)
 #   other  a real failure (bad checksum, build error, ...)
 #
 # The build is cached under target/citus-build (one directory per tarball
@@ -25,15 +28,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 . scripts/pg.sh
+# the Citus line of each major, its tarball variable and sha256
+# (../shared/vendor/README.md); another tarball needs LEAF_ID_CITUS_SHA256
+# (13) or LEAF_ID_CITUS14_SHA256 (14)
 case $PG_MAJOR in
-  15 | 16 | 17) ;;
-  *) echo "citus: Citus 13 supports PostgreSQL 15 to 17, not $PG_MAJOR" >&2; exit 2 ;;
+  15) CITUS=13.2.2 TARBALL_VAR=LEAF_ID_CITUS_TARBALL
+    SHA256=${LEAF_ID_CITUS_SHA256:-dd2453caec20a830e5e63f1def5c5a98cb6f57ae510407cdcd800916fcdab430} ;;
+  16 | 17 | 18) CITUS=14.0.1 TARBALL_VAR=LEAF_ID_CITUS14_TARBALL
+    SHA256=${LEAF_ID_CITUS14_SHA256:-26ddb8ec9de07c5fa8426e435d10936e5cd6bed01a5ad94aab92e818081e5ec9} ;;
+  *) echo "citus: no Citus for PostgreSQL $PG_MAJOR here (13.2.2 for 15, 14.0.1 for 16 to 18)" >&2; exit 2 ;;
 esac
 PGLIB=$("$PG_CONFIG" --pkglibdir)
 PGSHARE=$("$PG_CONFIG" --sharedir)
-# sha256 of citus-13.2.2.tar.gz (../shared/vendor/README.md); another tarball
-# needs LEAF_ID_CITUS_SHA256 set to its own checksum.
-SHA256=${LEAF_ID_CITUS_SHA256:-dd2453caec20a830e5e63f1def5c5a98cb6f57ae510407cdcd800916fcdab430}
 MODE=${1:-install}
 
 installed() { [ -e "$PGLIB/citus.so" ] && [ -e "$PGSHARE/extension/citus.control" ]; }
@@ -43,27 +49,26 @@ if [ "$MODE" = install ] && installed; then
   exit 0
 fi
 
-TARBALL=${LEAF_ID_CITUS_TARBALL:-}
+TARBALL=${!TARBALL_VAR:-}
 if [ -z "$TARBALL" ]; then
   {
     echo "################################################################################"
-    echo "# citus: Citus is NOT installed and LEAF_ID_CITUS_TARBALL is not set, so the"
-    echo "# Citus suite (tests/citus) cannot run. Set LEAF_ID_CITUS_TARBALL to a Citus"
-    echo "# 13.x source tarball (citus-13.2.2.tar.gz; .ci/run does), or install Citus"
-    echo "# for PostgreSQL $PG_MAJOR yourself."
+    echo "# citus: Citus is NOT installed and $TARBALL_VAR is not set, so the"
+    echo "# Citus suite (tests/citus) cannot run on PostgreSQL $PG_MAJOR. Set $TARBALL_VAR"
+    echo "# to citus-$CITUS.tar.gz (.ci/run does), or install Citus for PostgreSQL $PG_MAJOR yourself."
     echo "################################################################################"
   } >&2
   exit 3
 fi
 if [ ! -f "$TARBALL" ]; then
   # asked for explicitly: a failure, not a skip
-  echo "citus: LEAF_ID_CITUS_TARBALL=$TARBALL is not a file" >&2
+  echo "citus: $TARBALL_VAR=$TARBALL is not a file" >&2
   exit 1
 fi
 
 actual=$(sha256sum "$TARBALL" | cut -d' ' -f1)
 if [ "$actual" != "$SHA256" ]; then
-  echo "citus: $TARBALL has sha256 $actual, expected $SHA256 (set LEAF_ID_CITUS_SHA256 for another tarball)" >&2
+  echo "citus: $TARBALL has sha256 $actual, expected $SHA256 (set LEAF_ID_CITUS_SHA256 or LEAF_ID_CITUS14_SHA256 for another tarball)" >&2
   exit 1
 fi
 

@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 rc=0
 bash scripts/citus.sh || rc=$?
 if [ $rc -eq 3 ]; then
-  echo "== SKIP: Citus suite (tests/citus) on PostgreSQL $PG_MAJOR NOT RUN: Citus is not installed and LEAF_ID_CITUS_TARBALL is not set"
+  echo "== SKIP: Citus suite (tests/citus) on PostgreSQL $PG_MAJOR NOT RUN: Citus is not installed and its tarball variable is not set (LEAF_ID_CITUS_TARBALL for 15, LEAF_ID_CITUS14_TARBALL for 16 to 18; see above)"
   exit 3
 elif [ $rc -ne 0 ]; then
   echo "test-citus: scripts/citus.sh failed (exit $rc)" >&2
