@@ -14,7 +14,8 @@
 # Groups:
 #   base        Debian's PostgreSQL 15 and its headers, clang (pgrx), make,
 #               pkg-config, sudo (cargo pgrx test --runas), dpkg-dev
-#               (scripts/package.sh), Perl's IPC::Run (TAP), python3-pip (the
+#               (scripts/package.sh), libssl-dev (cargo-pgrx's build),
+#               bzip2 (the PostgreSQL source tarball), Perl's IPC::Run (TAP), python3-pip (the
 #               wheels of 16 to 18), the example clients' psycopg 3, psycopg2,
 #               SQLAlchemy and ActiveRecord; and cargo-pgrx 0.18.1 (group pgrx,
 #               with cargo install: leaf_id's build tool)
@@ -47,7 +48,7 @@ export DEBIAN_FRONTEND=noninteractive
 PYTHON=/usr/bin/python3
 
 BASE_PKGS=(postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang libipc-run-perl sudo
-  pkg-config make dpkg-dev python3-pip python3-psycopg python3-psycopg2 python3-sqlalchemy
+  pkg-config make dpkg-dev libssl-dev bzip2 python3-pip python3-psycopg python3-psycopg2 python3-sqlalchemy
   ruby-activerecord ruby-pg)
 CITUS_PKGS=(build-essential liblz4-dev libzstd-dev libkrb5-dev)
 # the libraries Debian's pgbouncer binary loads (scripts/test-pgbouncer.sh)
@@ -82,7 +83,10 @@ apt_install() {
   fi
   # DPkg::Lock::Timeout: an apt run by someone else (not by these scripts,
   # which hold the lock above) is waited for, not failed on
+  # (lists that are there but stale give 404s: fetched anew, then once more)
   apt-get install -y -q -o DPkg::Lock::Timeout=600 "${missing[@]}" >"$DEPS/apt-install.log" 2>&1 ||
+    { apt-get update -q >>"$DEPS/apt-install.log" 2>&1 &&
+      apt-get install -y -q -o DPkg::Lock::Timeout=600 "${missing[@]}" >>"$DEPS/apt-install.log" 2>&1; } ||
     { tail -n 30 "$DEPS/apt-install.log" >&2; die "apt-get install ${missing[*]} failed ($DEPS/apt-install.log)"; }
 }
 

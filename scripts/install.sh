@@ -74,14 +74,19 @@ echo "install: building leaf_id for $("$PG_CONFIG" --version) ($PG_CONFIG)"
 CARGO_TARGET_DIR=$LEAF_ID_CARGO_TARGET cargo pgrx package --pg-config "$PG_CONFIG" \
   --no-default-features --features "$PGRX_FEATURE" >/dev/null
 PKG=$LEAF_ID_CARGO_TARGET/release/leaf_id-$PGRX_FEATURE
-cp sql/leaf_id--*.sql "$PKG$PG_EXTDIR/"
-(cd "$PKG" && find . -type f) | while read -r f; do
-  dest=/${f#./}
-  install -d "$(dirname "$dest")"
-  cp "$PKG/$f" "$dest.leaf_id_tmp"
-  mv -f "$dest.leaf_id_tmp" "$dest"
-done
+VERSION=$(bash scripts/check-version.sh --cargo-version)
+# this server's files only (pgrx's output directory keeps the trees of
+# earlier builds for other servers of the major), each replaced by a rename
+install_file() {
+  install -d "$2"
+  cp "$1" "$2/$(basename "$1").leaf_id_tmp"
+  mv -f "$2/$(basename "$1").leaf_id_tmp" "$2/$(basename "$1")"
+}
+install_file "$PKG$PG_PKGLIBDIR/leaf_id.so" "$PG_PKGLIBDIR"
+install_file "$PKG$PG_EXTDIR/leaf_id.control" "$PG_EXTDIR"
+install_file "$PKG$PG_EXTDIR/leaf_id--$VERSION.sql" "$PG_EXTDIR"
+for f in sql/leaf_id--*.sql; do install_file "$f" "$PG_EXTDIR"; done
 echo "install: leaf_id installed: $PG_PKGLIBDIR/leaf_id.so and $PG_EXTDIR/leaf_id.control" \
-  "with $(find "$PKG$PG_EXTDIR" -name 'leaf_id--*.sql' | wc -l) install and upgrade scripts"
+  "with $(($(find sql -name 'leaf_id--*.sql' | wc -l) + 1)) install and upgrade scripts"
 echo "install: next, preload it (shared_preload_libraries = 'leaf_id'), restart the server, and" \
   "CREATE EXTENSION leaf_id in each database (README.md, Quick start)"

@@ -136,8 +136,13 @@ build_rpm() {
   install -d "$top/SPECS" "$top/payload"
   stage "$top/payload"
   install -D -m 0644 LICENSE "$top/payload/usr/share/licenses/$NAME/LICENSE"
-  # The requirement is the server package alone (AutoReqProv off): Debian's
-  # rpmbuild would compute the C library's requirements on this machine.
+  # The requirements are written out (AutoReqProv off: Debian's rpmbuild
+  # would compute them against this machine's files): the server package,
+  # and the newest version of the C library's symbols the library uses
+  # (GLIBC_2.34: RHEL 9 and later), as rpm's own computation names it.
+  local glibc
+  glibc=$(objdump -T "$top/payload$LIBDIR/leaf_id.so" | grep -o 'GLIBC_[0-9][0-9.]*' | sort -uV | tail -n 1)
+  [ -n "$glibc" ] || { echo "package: no GLIBC version in leaf_id.so's symbols" >&2; exit 1; }
   {
     echo "Name: $NAME"
     echo "Version: $VERSION"
@@ -146,6 +151,7 @@ build_rpm() {
     echo "License: Apache-2.0"
     echo "Packager: $MAINTAINER"
     echo "Requires: postgresql$PG_MAJOR-server >= $MIN_MINOR"
+    echo "Requires: libc.so.6($glibc)(64bit)"
     echo "AutoReqProv: no"
     echo "%description"
     echo "$DESCRIPTION"
@@ -159,7 +165,7 @@ build_rpm() {
     echo "$EXTDIR/leaf_id--*.sql"
   } >"$top/SPECS/$NAME.spec"
   # xz payload: every RHEL-like rpm reads it
-  rpmbuild -bb --define "_topdir $top" --define "_build_id_links none" --define "__strip /bin/true" \
+  rpmbuild -bb --define "_topdir $top" --define "_dbpath $top/rpmdb" --define "_build_id_links none" --define "__strip /bin/true" \
     --define "_binary_payload w6.xzdio" \
     --target "$arch" "$top/SPECS/$NAME.spec" >"$top/rpmbuild.log" 2>&1 ||
     { tail -n 30 "$top/rpmbuild.log" >&2; echo "package: rpmbuild failed ($top/rpmbuild.log)" >&2; exit 1; }

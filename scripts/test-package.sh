@@ -32,30 +32,53 @@ MARK=.leaf_id-package-test-layout
 export DEBIAN_FRONTEND=noninteractive
 VERSION=$(bash scripts/check-version.sh --cargo-version)
 [ -n "$VERSION" ] || { echo "test-package: no version" >&2; exit 1; }
-made=()   # the directories this test laid out, removed on the way out
 
 fail() { echo "test-package: FAIL: $*" >&2; exit 1; }
-# Debian's rpm warns on every call that dpkg is the package manager here
-rpm() { command rpm --force-debian "$@"; }
+# Debian's rpm warns on every call that dpkg is the package manager here;
+# its database is the test's own (Debian's rpm would keep one in ~/.rpmdb)
+RPMDB=$ROOT/target/package-rpmdb
+rpm() { command rpm --force-debian --dbpath "$RPMDB" "$@"; }
+# dpkg's lock is waited for (apt's timeout), never failed on
+apt_get() { apt-get -y -q -o DPkg::Lock::Timeout=600 "$@"; }
+TMPDEB=$ROOT/target/package-apt/leaf-id-test.deb
 deb_installed() { [ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null)" = installed ]; }
-restore() {
-  local rc=$? d
+# cleanup: what this test installs and lays out, gone (on the way out, and
+# first, for what an interrupted run left); returns non-zero if something
+# could not be removed
+cleanup() {
+  local rc=0 d
   for d in "$ROOT"/target/package-cluster-"$PG_MAJOR"-*; do
     [ -d "$d" ] && (PG_CONFIG=$(cat "$d/.pg_config" 2>/dev/null || echo "$PG_CONFIG"); . scripts/cluster.sh; cluster_stop "$d" immediate) || true
   done
-  deb_installed "postgresql-$PG_MAJOR-leaf-id" && { dpkg -r "postgresql-$PG_MAJOR-leaf-id" >/dev/null 2>&1 || rc=1; }
-  rpm -q "leaf_id_$PG_MAJOR" >/dev/null 2>&1 && { rpm -e "leaf_id_$PG_MAJOR" >/dev/null 2>&1 || rc=1; }
-  rpm -q "postgresql$PG_MAJOR-server" 2>/dev/null | grep -q leafidtest && { rpm -e "postgresql$PG_MAJOR-server" || rc=1; }
-  [ "$(dpkg-query -W -f='${Maintainer}' "postgresql-$PG_MAJOR" 2>/dev/null)" = "leaf_id package test" ] &&
-    { dpkg -r "postgresql-$PG_MAJOR" >/dev/null 2>&1 || rc=1; }
-  for d in "${made[@]}"; do
-    [ -e "$d/$MARK" ] || [ -L "$d" ] && rm -rf --one-file-system "$d"
+  if deb_installed "postgresql-$PG_MAJOR-leaf-id"; then
+    apt_get remove "postgresql-$PG_MAJOR-leaf-id" >/dev/null 2>&1 || rc=1
+  fi
+  if rpm -q "leaf_id_$PG_MAJOR" >/dev/null 2>&1; then rpm -e "leaf_id_$PG_MAJOR" >/dev/null 2>&1 || rc=1; fi
+  if rpm -q "postgresql$PG_MAJOR-server" >/dev/null 2>&1; then rpm -e "postgresql$PG_MAJOR-server" >/dev/null 2>&1 || rc=1; fi
+  if [ "$(dpkg-query -W -f='${Maintainer}' "postgresql-$PG_MAJOR" 2>/dev/null)" = "leaf_id package test" ]; then
+    apt_get remove "postgresql-$PG_MAJOR" >/dev/null 2>&1 || rc=1
+  fi
+  for d in "/usr/lib/postgresql/$PG_MAJOR" "/usr/share/postgresql/$PG_MAJOR" "/usr/pgsql-$PG_MAJOR"; do
+    if [ -e "$d/$MARK" ]; then rm -rf --one-file-system "$d" || rc=1; fi
   done
+  # an empty directory rpm made for the licence, not a package's
+  if [ -d /usr/share/licenses ] && [ ! -e "$ROOT/target/package-licenses-existed" ]; then
+    rmdir /usr/share/licenses 2>/dev/null || true
+  fi
+  rm -rf "$ROOT/target/package-apt"
+  return "$rc"
+}
+restore() {
+  local rc=$?
+  cleanup || rc=1
   echo "test-package: putting the plain install back (scripts/install.sh)"
   bash scripts/install.sh >"$ROOT/target/package-install$PG_SUFFIX.log" 2>&1 ||
     { tail -n 20 "$ROOT/target/package-install$PG_SUFFIX.log"; rc=1; }
   exit "$rc"
 }
+[ -d /usr/share/licenses ] && touch "$ROOT/target/package-licenses-existed"
+cleanup || fail "what an earlier run left could not be removed"
+rm -rf "$RPMDB"; mkdir -p "$RPMDB" "$ROOT/target/package-apt"
 trap restore EXIT
 
 # lay_out SRC_PREFIX DEST [SHARE]: the server of SRC_PREFIX copied to DEST
@@ -68,17 +91,18 @@ lay_out() {
       fail "$d exists and is not this test's (a server installed here?): not touching it"
     fi
     rm -rf --one-file-system "$d"
-    made+=("$d")
   done
-  install -d "$(dirname "$dest")"
-  cp -a "$src" "$dest"
-  rm -f "$dest"/lib/leaf_id.so "$dest"/share/extension/leaf_id*
+  # the mark first: an interrupted copy is still known as the test's
+  install -d "$dest"
   touch "$dest/$MARK"
+  cp -a "$src/." "$dest/"
+  rm -f "$dest"/lib/leaf_id.so "$dest"/share/extension/leaf_id*
   if [ -n "$share" ]; then
-    install -d "$(dirname "$share")"
-    mv "$dest/share" "$share"
-    ln -s "$share" "$dest/share"
+    install -d "$share"
     touch "$share/$MARK"
+    cp -a "$dest/share/." "$share/"
+    rm -rf "$dest/share"
+    ln -s "$share" "$dest/share"
   fi
   chmod -R o+rX "$dest" $share
 }
@@ -167,18 +191,17 @@ test_deb() {
   fi
   server_pgc=$lib/bin/pg_config
   [ "$("$server_pgc" --pkglibdir)" = "$lib/lib" ] || fail "deb: the server's pkglibdir is $("$server_pgc" --pkglibdir)"
-  deb_installed "postgresql-$PG_MAJOR-leaf-id" && dpkg -r "postgresql-$PG_MAJOR-leaf-id" >/dev/null
   # apt reads the file as the _apt user: a copy it can read
-  cp "$deb" /tmp/leaf-id-test.deb
-  chmod 0644 /tmp/leaf-id-test.deb
-  apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=600 /tmp/leaf-id-test.deb \
-    >/tmp/leaf-id-test-apt.log 2>&1 || { cat /tmp/leaf-id-test-apt.log; fail "apt-get install of the .deb failed"; }
-  rm -f /tmp/leaf-id-test.deb
+  cp "$deb" "$TMPDEB"
+  chmod 0755 "$(dirname "$TMPDEB")"; chmod 0644 "$TMPDEB"
+  ensure_reach "$(dirname "$TMPDEB")"
+  apt_get install --no-install-recommends "$TMPDEB" >"$ROOT/target/package-apt/apt.log" 2>&1 ||
+    { cat "$ROOT/target/package-apt/apt.log"; fail "apt-get install of the .deb failed"; }
   check_files deb "$server_pgc" "${files[@]}"
   cmp -s "$lib/lib/leaf_id.so" "target/debian/postgresql-$PG_MAJOR-leaf-id$lib/lib/leaf_id.so" ||
     fail "deb: the installed library differs from the packaged one"
   check_ids "$server_pgc" deb
-  dpkg -r "postgresql-$PG_MAJOR-leaf-id" >/dev/null
+  apt_get remove "postgresql-$PG_MAJOR-leaf-id" >/dev/null 2>&1 || fail "apt-get remove of the .deb failed"
   check_gone deb "${files[@]}" "/usr/share/doc/postgresql-$PG_MAJOR-leaf-id"
 }
 
@@ -190,17 +213,21 @@ stand_in_deb() {
     "Maintainer: leaf_id package test" "Description: stand-in for the server laid out by scripts/test-package.sh" \
     >"$dir/DEBIAN/control"
   dpkg-deb --root-owner-group --build "$dir" "$dir.deb" >/dev/null
-  dpkg -i "$dir.deb" >/dev/null
+  chmod 0644 "$dir.deb"
+  ensure_reach "$(dirname "$dir")"
+  apt_get install "$dir.deb" >/dev/null 2>&1 || fail "apt-get install of the stand-in postgresql-$PG_MAJOR failed"
 }
 
 # stand_in_rpm VERSION: an empty rpm postgresqlNN-server of that version
 stand_in_rpm() {
   local top=$ROOT/target/package-stand-in/rpm
   rm -rf "$top"; install -d "$top/SPECS"
+  # (rpm's database here is empty: the stand-in also provides the C
+  # library's versions the .rpm requires, which a RHEL-like system's glibc has)
   printf '%s\n' "Name: postgresql$PG_MAJOR-server" "Version: $1" "Release: leafidtest" \
     "Summary: stand-in for the server laid out by scripts/test-package.sh" "License: PostgreSQL" \
-    "BuildArch: noarch" "%description" "stand-in" "%files" >"$top/SPECS/stand-in.spec"
-  rpmbuild -bb --quiet --define "_topdir $top" "$top/SPECS/stand-in.spec" >/dev/null 2>&1 ||
+    "BuildArch: noarch" "Provides: $2" "%description" "stand-in" "%files" >"$top/SPECS/stand-in.spec"
+  rpmbuild -bb --quiet --define "_topdir $top" --define "_dbpath $RPMDB" "$top/SPECS/stand-in.spec" >/dev/null 2>&1 ||
     fail "rpmbuild of the stand-in failed"
   rpm -i "$top"/RPMS/noarch/*.rpm
 }
@@ -213,13 +240,15 @@ test_rpm() {
   src=$(dirname "$("$PG_CONFIG" --bindir)")
   if [ "$PG_MAJOR" = 15 ] && [ "$PG_CONFIG" = /usr/lib/postgresql/15/bin/pg_config ]; then
     # Debian's 15 is not relocatable: the 15.19 wheel, which the library serves too
-    src=$(bash scripts/pg-wheel.sh 15 | sed -n 's/^PG15_PG_CONFIG=//p')
-    src=$(dirname "$(dirname "$src")")
+    local out rc=0
+    out=$(bash scripts/pg-wheel.sh 15) || rc=$?
+    [ "$rc" = 0 ] || fail "rpm: no server of 15 to lay out at $prefix (scripts/pg-wheel.sh 15 exited $rc)"
+    src=$(dirname "$(dirname "$(sed -n 's/^PG15_PG_CONFIG=//p' <<<"$out")")")
   fi
   ver=$("$src/bin/pg_config" --version | awk '{print $2}')
   mapfile -t files < <(payload "$prefix/lib" "$prefix/share/extension")
   lay_out "$src" "$prefix"
-  stand_in_rpm "$ver"
+  stand_in_rpm "$ver" "$(rpm -qpR "$rpmf" | grep '^libc\.so' | tr '\n' ' ')"
   echo "test-package: rpm: into PostgreSQL $ver laid out at $prefix (stand-in postgresql$PG_MAJOR-server $ver)"
   rpm -i "$rpmf" || fail "rpm -i of the .rpm failed"
   check_files rpm "$prefix/bin/pg_config" "${files[@]}"
@@ -230,6 +259,21 @@ test_rpm() {
   check_gone rpm "${files[@]}" "/usr/share/licenses/leaf_id_$PG_MAJOR"
 }
 
+# ensure_reach DIR: the _apt user (apt's downloads) and postgres reach DIR
+ensure_reach() { (. scripts/cluster.sh; ensure_postgres_can_reach "$1"); }
+
+# The server is copied to the packages' paths: it must find its files
+# relative to its programs (a wheel's does; one built from source with
+# --prefix=target/pg18 has lib/postgresql and share/postgresql below it)
+if [ "$("$PG_CONFIG" --pkglibdir)" != "$(dirname "$("$PG_CONFIG" --bindir)")/lib" ] &&
+  [ "$PG_CONFIG" != /usr/lib/postgresql/15/bin/pg_config ]; then
+  echo "################################################################################"
+  echo "SKIP: the package test on $PG_MAJOR: this server ($PG_CONFIG) keeps its libraries in"
+  echo "# $("$PG_CONFIG" --pkglibdir), not in lib/ beside its programs, so a copy at the PGDG paths"
+  echo "# would not find leaf_id where the packages put it (a server built from source)"
+  echo "################################################################################"
+  exit 3
+fi
 test_deb
 test_rpm
 echo "test-package: passed (deb and rpm, PostgreSQL $PG_MAJOR)"
