@@ -58,19 +58,31 @@ in_root() {
     PATH=/root/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     ${CI:+CI=$CI} "${certs[@]}" /bin/bash -c "$1"
 }
+# in_root_pids: the processes whose root is DIR
+in_root_pids() {
+  local p
+  for p in /proc/[0-9]*; do
+    [ "$(readlink "$p/root" 2>/dev/null)" = "$DIR" ] && echo "${p#/proc/}"
+  done
+  return 0
+}
 stop_servers() {
   # every postmaster left in the root (the run command's cluster stays up by design)
   local pid
-  for pid in $(pgrep -x postgres 2>/dev/null || true); do
-    [ "$(readlink "/proc/$pid/root" 2>/dev/null)" = "$DIR" ] || continue
-    kill -TERM "$pid" 2>/dev/null || true
+  for pid in $(in_root_pids); do
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = postgres ] && kill -TERM "$pid" 2>/dev/null
   done
   sleep 2
-  for pid in $(pgrep -x postgres 2>/dev/null || true); do
-    [ "$(readlink "/proc/$pid/root" 2>/dev/null)" = "$DIR" ] && kill -KILL "$pid" 2>/dev/null || true
-  done
+  return 0
 }
-cleanup() { stop_servers; unmount_all; }
+# stop_all: everything still running in the root (an interrupted check)
+stop_all() {
+  stop_servers
+  local pid
+  for pid in $(in_root_pids); do kill -KILL "$pid" 2>/dev/null || true; done
+}
+cleanup() { stop_all; unmount_all; }
+trap 'exit 130' INT TERM
 trap cleanup EXIT
 
 command -v debootstrap >/dev/null || bash scripts/deps.sh apt debootstrap
