@@ -254,8 +254,14 @@ fn not_drawer(tag: &str) -> ! {
 /// is one `fetch_add` and one `Domain::encode_lanes` (`segment::opaque_runs`).
 pub fn next_id(tag: &str) -> i64 {
     let (sh, _) = backend::shared_db();
+    let hit = cached_slot(sh, backend::my_dboid(), tag);
+    next_id_at(tag, hit)
+}
+
+/// `next_id` of the tag whose (slot, epoch) the caller looked up.
+fn next_id_at(tag: &str, (i, epoch): (usize, u64)) -> i64 {
+    let (sh, _) = backend::shared_db();
     let dboid = backend::my_dboid();
-    let (i, epoch) = cached_slot(sh, dboid, tag);
     if RUNS_KEPT.get().get() {
         // a run kept by this session, perhaps as another role (SET ROLE):
         // refused before it is touched, so that it stays for the next call
@@ -513,29 +519,28 @@ fn take_ids(
     }
 }
 
-/// The tag's characters: its bytes taken as they are when they equal the
-/// last tag this session looked up (checked then), else checked as UTF-8
-/// (`22021`). Most calls repeat the previous tag, and this spares them
-/// the check.
-fn tag_text<'a>(arg: TextArg<'a>) -> &'a str {
-    let bytes = arg.bytes();
-    let seen = LAST_TAG
-        .get()
-        .borrow()
-        .as_ref()
-        .is_some_and(|(t, _)| same_bytes(t.as_bytes(), bytes));
-    if seen {
-        // SAFETY: `bytes` equal the bytes of a `String` (LAST_TAG's), and a
-        // `String` holds UTF-8 only.
-        unsafe { std::str::from_utf8_unchecked(bytes) }
-    } else {
-        arg.text()
+/// The session's last tag looked up, when `bytes` are its bytes: its
+/// characters and its (slot, epoch). Most calls repeat the previous tag (a
+/// column default, a bulk insert): they skip the UTF-8 check and the
+/// tag's validation, which its bytes passed when it was looked up.
+fn last_tag_hit(bytes: &[u8]) -> Option<(&str, (usize, u64))> {
+    let last = LAST_TAG.get().borrow();
+    let (t, hit) = last.as_ref()?;
+    if !same_bytes(t.as_bytes(), bytes) {
+        return None;
     }
+    // SAFETY: `bytes` equal the bytes of a `String` (LAST_TAG's), and a
+    // `String` holds UTF-8 only.
+    Some((unsafe { std::str::from_utf8_unchecked(bytes) }, *hit))
 }
 
 #[pg_extern(volatile, parallel_unsafe)]
 fn leaf_segment_next(tag: Option<TextArg>) -> i64 {
-    let tag = validate_tag(tag.map(tag_text));
+    if let Some((tag, hit)) = tag.as_ref().and_then(|t| last_tag_hit(t.bytes())) {
+        require_writable("leaf_segment_next()");
+        return next_id_at(tag, hit);
+    }
+    let tag = validate_tag(tag.map(|t| t.text()));
     require_writable("leaf_segment_next()");
     next_id(tag)
 }
