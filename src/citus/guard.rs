@@ -22,7 +22,7 @@ fn leaf_id_worker_row_conflict(
     node_name: Option<TextArg>,
     owner_token: Option<i64>,
 ) -> Option<i64> {
-    let node_name = node_name.map(|n| String::from_utf8_lossy(n.bytes()).into_owned());
+    let node_name = node_name.map(|n| n.shown());
     raise(
         PgSqlErrorCode::ERRCODE_OBJECT_IN_USE,
         format!(
@@ -39,9 +39,7 @@ fn leaf_id_worker_row_conflict(
 
 #[pg_extern(immutable, parallel_safe)]
 fn leaf_id_alloc_row_conflict(biz_tag: Option<TextArg>, max_id: Option<i64>) -> Option<i64> {
-    // (the tag only names it in the message: its bytes shown, never taken
-    // for characters unchecked)
-    let biz_tag = biz_tag.map(|t| String::from_utf8_lossy(t.bytes()).into_owned());
+    let biz_tag = biz_tag.map(|t| t.shown());
     raise(
         PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
         format!(

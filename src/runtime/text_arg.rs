@@ -31,6 +31,12 @@ impl<'a> TextArg<'a> {
         self.0
     }
 
+    /// The bytes shown as characters, for a message that names the value
+    /// (what is not UTF-8 shown as U+FFFD): never a lookup by it.
+    pub fn shown(&self) -> String {
+        String::from_utf8_lossy(self.0).into_owned()
+    }
+
     /// The characters: the bytes checked as UTF-8, else `22021`.
     pub fn text(&self) -> &'a str {
         match std::str::from_utf8(self.0) {

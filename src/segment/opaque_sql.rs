@@ -47,10 +47,9 @@ fn leaf_id_opaque_code(
     bits: Option<i32>,
     key: Option<&[u8]>,
 ) -> i64 {
-    // (both only name things in messages: shown, never taken for
-    // characters unchecked)
-    let caller = String::from_utf8_lossy(caller.bytes());
-    let domain = domain.map(|d| String::from_utf8_lossy(d.bytes()));
+    // (both only name things in messages)
+    let caller = caller.shown();
+    let domain = domain.map(|d| d.shown());
     let (Some(domain), Some(value)) = (domain, value) else {
         raise(
             PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
