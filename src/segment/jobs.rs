@@ -406,6 +406,12 @@ impl SegmentJobs {
                         // committed: only now may its IDs be handed out
                         let published = slot.pair.publish(target, r.start, r.len);
                         debug_assert!(published);
+                        // what callers asked for while it was in flight,
+                        // under this lock as they ask (a wait for an empty
+                        // pair, the 10% mark of the segment this fills
+                        // the other of), is answered: another request
+                        // would reserve the next segment at once
+                        slot.refill_requested.store(false, SeqCst);
                         slot.dynamic_step.store(r.step, SeqCst);
                         slot.table_step.store(r.table_step, SeqCst);
                         slot.refills.fetch_add(1, SeqCst);

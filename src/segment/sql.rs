@@ -481,12 +481,15 @@ fn take_ids(
                 continue;
             }
             SlowPath::Wait => {
+                // asked under the tag's lock, as the worker publishes a
+                // refill and clears the request: a request is never left
+                // set by a caller that the publish already answered
+                slot.refill_requested.store(true, SeqCst);
                 drop(guard);
                 if !counted_wait {
                     counted_wait = true;
                     slot.waits.fetch_add(1, SeqCst);
                 }
-                slot.refill_requested.store(true, SeqCst);
                 backend::ensure_worker(sh, db, Role::Segment);
                 if deadline.passed() {
                     backend::end_wait();
