@@ -67,16 +67,20 @@ def psql(port, sql, db="bench"):
 def setup(port):
     psql(port, "DROP DATABASE IF EXISTS bench WITH (FORCE); CREATE DATABASE bench;", db="postgres")
     psql(port, "CREATE EXTENSION leaf_id;")
+    # (the tables are in leaf_id_catalog from catalog 0.7.0, in the
+    # extension's schema before: the base may be older)
+    alloc = psql(port, "SELECT CASE WHEN to_regnamespace('leaf_id_catalog') IS NULL THEN 'leaf_alloc' "
+                       "ELSE 'leaf_id_catalog.leaf_alloc' END;").strip()
     opaque = psql(port, "SELECT to_regproc('leaf_opaque_create') IS NOT NULL;").strip() == "t"
     if opaque:
-        psql(port, """
+        psql(port, f"""
 SELECT leaf_opaque_create('bench_domain');
-INSERT INTO leaf_alloc (biz_tag, step, description, opaque_domain, opaque_grant)
+INSERT INTO {alloc} (biz_tag, step, description, opaque_domain, opaque_grant)
 VALUES ('t_opq', 1000, 'benchmark tag, opaque', 'bench_domain', leaf_opaque_grant('bench_domain', 't_opq', 1));
 SELECT count(leaf_segment_next('t_opq')) FROM generate_series(1, 100000);
 """)
-    psql(port, """
-INSERT INTO leaf_alloc (biz_tag, step, description) VALUES ('t', 1000, 'benchmark tag');
+    psql(port, f"""
+INSERT INTO {alloc} (biz_tag, step, description) VALUES ('t', 1000, 'benchmark tag');
 CREATE SEQUENCE s1000 CACHE 1000;
 """ + BENCH_TIME_FUNCTION + """
 SELECT count(leaf_segment_next('t')), count(leaf_snowflake_next()) FROM generate_series(1, 100000);

@@ -79,8 +79,8 @@ BEGIN
   us := extract(epoch FROM clock_timestamp() - t0) * 1e6;
 END $f$;
 -- local copies of the shared tables, for the statements timed on both
-CREATE TABLE IF NOT EXISTS bench_alloc_local (LIKE leaf_alloc INCLUDING ALL);
-CREATE TABLE IF NOT EXISTS bench_worker_local (LIKE leaf_worker INCLUDING ALL);
+CREATE TABLE IF NOT EXISTS bench_alloc_local (LIKE leaf_id_catalog.leaf_alloc INCLUDING ALL);
+CREATE TABLE IF NOT EXISTS bench_worker_local (LIKE leaf_id_catalog.leaf_worker INCLUDING ALL);
 INSERT INTO bench_alloc_local (biz_tag, step) VALUES ('bench_rt', 1) ON CONFLICT DO NOTHING;
 INSERT INTO bench_worker_local (worker_id, node_name, owner_token, last_timestamp, epoch_ms)
   VALUES (1023, 'bench-renewal', 42, 0, 1288834974657) ON CONFLICT DO NOTHING;
@@ -200,12 +200,12 @@ def phase0(B, nodes, res):
     nodes.psql("coord", f"""
 CREATE EXTENSION citus;
 CREATE EXTENSION leaf_id;
-INSERT INTO leaf_alloc (biz_tag, step, description) VALUES
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, description) VALUES
   ('t', {T_STEP}, 'benchmark: IDs per second'),
   ('r1', 1, 'benchmark: a refill per call'),
   ('bench_rt', 1, 'benchmark: the worker''s refill statements run by pgbench');
 -- the row pgbench renews like a worker's lease (worker id 1023 stays unused by the nodes)
-INSERT INTO leaf_worker (worker_id, node_name, owner_token, last_timestamp, epoch_ms)
+INSERT INTO leaf_id_catalog.leaf_worker (worker_id, node_name, owner_token, last_timestamp, epoch_ms)
   VALUES (1023, 'bench-renewal', 42, 0, 1288834974657);
 """)
     nodes.psql("coord", NODE_PREP)
@@ -225,7 +225,7 @@ def phase1(B, nodes, res):
     B.log("multinode phase 1: the coordinator alone, leaf_alloc and leaf_worker reference tables")
     nodes.psql("coord", f"""
 SELECT citus_set_coordinator_host('127.0.0.1', {nodes.port['coord']});
-SELECT create_reference_table('leaf_opaque_domain'), create_reference_table('leaf_alloc'), create_reference_table('leaf_alloc_encoding'), create_reference_table('leaf_worker');
+SELECT create_reference_table('leaf_id_catalog.leaf_opaque_domain'), create_reference_table('leaf_id_catalog.leaf_alloc'), create_reference_table('leaf_id_catalog.leaf_alloc_encoding'), create_reference_table('leaf_id_catalog.leaf_worker');
 """)
     warm(B, nodes, "coord")
     res["throughput_1"] = throughput(B, nodes, ["coord"])
@@ -243,7 +243,7 @@ def phase2(B, nodes, res):
     nodes.psql("coord", "SELECT replicate_reference_tables('block_writes');")
     placements = nodes.psql("coord", """
 SELECT count(*) FROM pg_dist_placement p JOIN pg_dist_shard s USING (shardid)
-WHERE s.logicalrelid IN ('leaf_alloc'::regclass, 'leaf_worker'::regclass);""").strip()
+WHERE s.logicalrelid IN ('leaf_id_catalog.leaf_alloc'::regclass, 'leaf_id_catalog.leaf_worker'::regclass);""").strip()
     res["placements"] = int(placements)
     for w in NODES[1:]:
         nodes.psql(w, NODE_PREP)
@@ -345,11 +345,11 @@ def copy_by_copy_renewal(B, nodes, n):
     transaction, every other copy through master_run_on_worker, each in a
     transaction of its own on a new connection. Checked once: every copy
     must take it."""
-    shard = nodes.psql(n, "SELECT shardid FROM pg_dist_shard WHERE logicalrelid = 'leaf_worker'::regclass;").strip()
+    shard = nodes.psql(n, "SELECT shardid FROM pg_dist_shard WHERE logicalrelid = 'leaf_id_catalog.leaf_worker'::regclass;").strip()
     others = [line.split("|") for line in nodes.psql(n, """
 SELECT d.nodename, d.nodeport FROM pg_dist_placement p JOIN pg_dist_shard s USING (shardid)
 JOIN pg_dist_node d ON d.groupid = p.groupid
-WHERE s.logicalrelid = 'leaf_worker'::regclass AND d.groupid <> (SELECT groupid FROM pg_dist_local_group)
+WHERE s.logicalrelid = 'leaf_id_catalog.leaf_worker'::regclass AND d.groupid <> (SELECT groupid FROM pg_dist_local_group)
 ORDER BY 1, 2;""").split()]
     update = PERSIST.strip().replace("TABLE", f"leaf_worker_{shard}").replace(" RETURNING last_timestamp;", "")
     lines = ["BEGIN;",

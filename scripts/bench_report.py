@@ -849,7 +849,7 @@ def multinode_block(res, own_run):
           "- **local**: the coordinator alone, leaf_id's tables local: a plain server with Citus loaded "
           "(refill cycle only);",
           "- **1 node**: the same coordinator after `citus_set_coordinator_host` and "
-          "`SELECT create_reference_table('leaf_alloc'), create_reference_table('leaf_worker')`, no workers: "
+          "`SELECT create_reference_table('leaf_id_catalog.leaf_alloc'), create_reference_table('leaf_id_catalog.leaf_worker')`, no workers: "
           "the reference tables have one placement, on the coordinator;",
           "- **3 nodes**: two workers added (`citus_add_node`, then `replicate_reference_tables()`), "
           f"{sec.get('placements', '?')} placements of the two tables; each node claimed its own snowflake worker "
@@ -969,7 +969,7 @@ def multinode_block(res, own_run):
         L += ["### The worker's statements from pgbench: reference table against local table", "",
               "The same SQL that the background worker runs, sent by pgbench (1 client, "
               f"{mp['seconds']} s per run, `-M prepared`) to the reference table and to a local copy of it "
-              "(`CREATE TABLE ... (LIKE leaf_alloc INCLUDING ALL)`, likewise for `leaf_worker`) on the same node "
+              "(`CREATE TABLE ... (LIKE leaf_id_catalog.leaf_alloc INCLUDING ALL)`, likewise for `leaf_worker`) on the same node "
               "in the same run. *Refill*: the transaction of `reserve()` in `src/segment/refill.rs` (`BEGIN`; "
               "the locking `UPDATE ... RETURNING`; the guarded `UPDATE` of `max_id`; the `SELECT` that reads it "
               "back; `COMMIT`) on a step-1 tag of its own. *Lease renewal through Citus*: the `UPDATE` of "

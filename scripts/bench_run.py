@@ -244,9 +244,9 @@ def setup():
     psql(f"CREATE DATABASE {P['db']};", db="postgres")
     psql(f"""
 CREATE EXTENSION leaf_id;
-INSERT INTO leaf_alloc (biz_tag, step, description) VALUES ('t', {P['seg_step']}, 'benchmark tag');
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, description) VALUES ('t', {P['seg_step']}, 'benchmark tag');
 SELECT leaf_opaque_create('bench_domain');
-INSERT INTO leaf_alloc (biz_tag, step, description, opaque_domain, opaque_grant)
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, description, opaque_domain, opaque_grant)
 VALUES ('t_opq', {P['seg_step']}, 'benchmark tag, opaque', 'bench_domain', leaf_opaque_grant('bench_domain', 't_opq', 1));
 CREATE SEQUENCE s1 CACHE 1;
 CREATE SEQUENCE s1000 CACHE 1000;
@@ -516,7 +516,7 @@ def set_max_step(value, step):
     while True:
         PROBES[0] += 1
         tag = f"probe_{PROBES[0]}"
-        psql(f"INSERT INTO leaf_alloc (biz_tag, step, description) VALUES ('{tag}', {step}, 'benchmark: reload probe');"
+        psql(f"INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, description) VALUES ('{tag}', {step}, 'benchmark: reload probe');"
              # the first refill, then past 10% of it: the worker prefetches the second
              f"SELECT count(leaf_segment_next('{tag}')) FROM generate_series(1, {step // 2 + 1});")
         while True:
@@ -525,7 +525,7 @@ def set_max_step(value, step):
             if refills >= 2 or time.time() > deadline:
                 break
             time.sleep(0.01)
-        psql(f"DELETE FROM leaf_alloc WHERE biz_tag = '{tag}';")
+        psql(f"DELETE FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = '{tag}';")
         if refills >= 2 and got == want:
             if first != PROBES[0]:
                 log(f"the worker applied leaf_id.max_step = {value} at probe {PROBES[0] - first + 1}")
@@ -546,7 +546,7 @@ def bench_refill():
         for mode, step in rotated(cases, rep):
             tag = f"r{step}_{mode}_{rep + 1}"
             try:
-                psql(f"INSERT INTO leaf_alloc (biz_tag, step, description) "
+                psql(f"INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, description) "
                      f"VALUES ('{tag}', {step}, 'benchmark: refill pressure');")
                 try:
                     if mode == "pinned":

@@ -63,13 +63,13 @@ def refill_latency(rule, rep):
     out = []
     try:
         with con.cursor() as cur:
-            cur.execute("INSERT INTO leaf_alloc (biz_tag, step) SELECT unnest(%s::text[]), 1000", (names,))
+            cur.execute("INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) SELECT unnest(%s::text[]), 1000", (names,))
             for n in names:
                 t = time.perf_counter()
                 cur.execute("SELECT leaf_segment_next(%s)", (n,))
                 cur.fetchall()
                 out.append((time.perf_counter() - t) * 1000)
-            cur.execute("DELETE FROM leaf_alloc WHERE biz_tag = ANY(%s::text[])", (names,))
+            cur.execute("DELETE FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = ANY(%s::text[])", (names,))
     finally:
         con.close()
     return out
@@ -105,7 +105,7 @@ THROUGHPUT = {
 def main():
     t_start = time.time()
     sql("CREATE EXTENSION IF NOT EXISTS leaf_id")
-    sql("INSERT INTO leaf_alloc (biz_tag, step) VALUES ('t', 1000) ON CONFLICT DO NOTHING")
+    sql("INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('t', 1000) ON CONFLICT DO NOTHING")
     sql("CREATE SEQUENCE IF NOT EXISTS s CACHE 1000")
     slot = sql("SELECT slot_name, active FROM pg_replication_slots")
     assert slot == [("s1", True)], slot

@@ -27,7 +27,7 @@ cluster_start "$DATA"
 psql_run() { as_pg "$PGBIN/psql" -h 127.0.0.1 -p "$PORT" -U postgres -X -v ON_ERROR_STOP=1 "$@"; }
 psql_run -q <<'SQL'
 CREATE EXTENSION leaf_id;
-INSERT INTO leaf_alloc (biz_tag, step, description) VALUES ('order', 1000, 'demo tag');
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, description) VALUES ('order', 1000, 'demo tag');
 CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT leaf_segment_next('order'), item text);
 INSERT INTO orders (item) SELECT 'item ' || g FROM generate_series(1, 3) g;
 SQL

@@ -26,13 +26,13 @@ CONTEXTS = {
     # the README's quick start creates the extension itself, in its own schema
     "CREATE EXTENSION leaf_id SCHEMA leaf_id;": (
         "DO $$BEGIN CREATE ROLE app; EXCEPTION WHEN duplicate_object THEN NULL; END$$;", "bare"),
-    "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('order', 1000);": ("", "fresh"),
+    "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('order', 1000);": ("", "fresh"),
     "ALTER EXTENSION leaf_id UPDATE;": ("", "fresh"),
     "SELECT leaf_opaque_create('public_order', bits => 53);   -- a domain: a fresh secret key and a width":
         ("", "fresh"),
     "SELECT leaf_opaque_create('public_event', bits => 63);": ("", "fresh"),
-    "UPDATE leaf_alloc SET max_id = GREATEST(max_id, 123456789) WHERE biz_tag = 'order';": (
-        "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('order', 1000);", "fresh"),
+    "UPDATE leaf_id_catalog.leaf_alloc SET max_id = GREATEST(max_id, 123456789) WHERE biz_tag = 'order';": (
+        "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('order', 1000);", "fresh"),
     "ALTER DATABASE app_copy SET leaf_id.node_name = 'db1:app_copy';": (
         "CREATE DATABASE app_copy;", "postgres"),
     "SELECT leaf_segment_adopt_sequence('orders_id_seq', 'order', 1000);": (
@@ -43,14 +43,14 @@ CONTEXTS = {
     "ALTER DATABASE app RENAME TO app_old;": ("CREATE DATABASE app;", "postgres"),
     "CREATE EXTENSION IF NOT EXISTS leaf_id;": ("", "fresh"),
     # docs/operations.md's migrations
-    "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('order_key', 1000);": (
+    "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('order_key', 1000);": (
         "CREATE TABLE orders_uuid (uuid uuid PRIMARY KEY DEFAULT gen_random_uuid(), item text);"
         " CREATE TABLE order_lines (order_uuid uuid REFERENCES orders_uuid, qty int);"
         " INSERT INTO orders_uuid (item) SELECT 'item ' || g FROM generate_series(1, 100) g;"
         " INSERT INTO order_lines SELECT uuid, 1 FROM orders_uuid;", "fresh"),
     "VALUES ('leaf-segment-test', 4001, 2000, 'Test leaf Segment Mode Get Id', '2026-11-30 10:00:00');": ("", "fresh"),
     # docs/reference.md's one-line examples
-    "SELECT leaf_segment_next('order');": ("INSERT INTO leaf_alloc (biz_tag, step) VALUES ('order', 1000);", "fresh"),
+    "SELECT leaf_segment_next('order');": ("INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('order', 1000);", "fresh"),
     "SELECT tag, status, waits FROM leaf_segment_status;": ("", "fresh"),
     "SELECT leaf_id_reset_cache();": ("", "fresh"),
     "SELECT leaf_snowflake_next();": ("", "fresh"),
@@ -59,7 +59,7 @@ CONTEXTS = {
     "SELECT state, worker_id, persisted_mark FROM leaf_snowflake_status;": ("", "fresh"),
     "SELECT mode, standby_wait, now() - standby_wait_since AS waiting FROM leaf_id_worker_status;": ("", "fresh"),
     "SELECT leaf_snowflake_release_worker_id(3);": (
-        "INSERT INTO leaf_worker (worker_id, node_name) VALUES (3, 'gone-node');", "fresh"),
+        "INSERT INTO leaf_id_catalog.leaf_worker (worker_id, node_name) VALUES (3, 'gone-node');", "fresh"),
     "SELECT leaf_snowflake_adopt_sequence('events_id_seq');": ("CREATE TABLE events (id bigserial PRIMARY KEY);", "fresh"),
     "SELECT leaf_opaque_create('orders', 53);": ("", "fresh"),
     "SELECT leaf_opaque_decode('orders', leaf_opaque_encode('orders', 42));   -- 42": (
@@ -69,9 +69,9 @@ CONTEXTS = {
 # blocks run by another suite: the file that must hold them, and how it
 # spells the statement
 ELSEWHERE = {
-    "SELECT create_reference_table('leaf_opaque_domain'), create_reference_table('leaf_alloc'), create_reference_table('leaf_alloc_encoding'), create_reference_table('leaf_worker');":
+    "SELECT create_reference_table('leaf_id_catalog.leaf_opaque_domain'), create_reference_table('leaf_id_catalog.leaf_alloc'), create_reference_table('leaf_id_catalog.leaf_alloc_encoding'), create_reference_table('leaf_id_catalog.leaf_worker');":
         ("tests/citus/CitusTap.pm",
-         "q{SELECT create_reference_table('leaf_opaque_domain'), create_reference_table('leaf_alloc'), create_reference_table('leaf_alloc_encoding'), create_reference_table('leaf_worker')}"),
+         "q{SELECT create_reference_table('leaf_id_catalog.leaf_opaque_domain'), create_reference_table('leaf_id_catalog.leaf_alloc'), create_reference_table('leaf_id_catalog.leaf_alloc_encoding'), create_reference_table('leaf_id_catalog.leaf_worker')}"),
 }
 
 

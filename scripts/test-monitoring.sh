@@ -32,7 +32,7 @@ cleanup() {
 trap cleanup EXIT
 psql_() { as_pg "$PGBIN/psql" -X -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -qAt -v ON_ERROR_STOP=1 "$@"; }
 psql_ -c "CREATE EXTENSION leaf_id" \
-  -c "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('order', 1000)" \
+  -c "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('order', 1000)" \
   -c "CREATE ROLE exporter LOGIN IN ROLE pg_monitor" \
   -c "SELECT count(leaf_segment_next('order')) FROM generate_series(1, 10)" \
   -c "SELECT count(leaf_snowflake_next()) FROM generate_series(1, 10)" >/dev/null

@@ -122,7 +122,7 @@ check_ids() (
   psql_q -c "CREATE EXTENSION leaf_id"
   [ "$(psql_q -c "SELECT extversion FROM pg_extension WHERE extname = 'leaf_id'")" = "$VERSION" ] ||
     fail "CREATE EXTENSION did not create version $VERSION"
-  psql_q -c "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('pkg', 100)"
+  psql_q -c "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('pkg', 100)"
   # 1,000 single calls and a batch of 500 (several refills of step 100): all distinct
   got=$(psql_q -c "WITH ids AS (SELECT leaf_segment_next('pkg') AS id FROM generate_series(1, 1000)
                                 UNION ALL SELECT leaf_segment_next('pkg', 500))

@@ -46,9 +46,9 @@ pooled() { as_pg "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$BP
 as_pg "$PGBIN/createdb" -h 127.0.0.1 -p "$PORT" -U postgres leafdb
 direct >/dev/null <<'SQL'
 CREATE EXTENSION leaf_id;
-INSERT INTO leaf_alloc (biz_tag, step) VALUES ('pooled', 100);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('pooled', 100);
 SELECT leaf_opaque_create('pooled_domain', bits => 53);
-INSERT INTO leaf_alloc (biz_tag, step, opaque_domain, opaque_grant)
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, opaque_domain, opaque_grant)
 VALUES ('pooled_opaque', 100, 'pooled_domain', leaf_opaque_grant('pooled_domain', 'pooled_opaque', 1));
 CREATE TABLE pooled_orders (
   id bigint PRIMARY KEY DEFAULT leaf_segment_next('pooled'),

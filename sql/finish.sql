@@ -88,7 +88,7 @@ BEGIN
     END IF;
     -- the row lock makes a concurrent release or claim wait for this one
     SELECT w.node_name, w.copies, w.holder_copy INTO owner, pinned, holder
-      FROM @extschema@.leaf_worker w WHERE w.worker_id = id FOR UPDATE;
+      FROM leaf_id_catalog.leaf_worker w WHERE w.worker_id = id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'snowflake worker id % is not in leaf_worker', id USING ERRCODE = '42704';
     END IF;
@@ -108,10 +108,7 @@ BEGIN
           FROM pg_catalog.pg_dist_shard s
           JOIN pg_catalog.pg_dist_placement p ON p.shardid = s.shardid
           JOIN pg_catalog.pg_dist_node n ON n.groupid = p.groupid AND n.noderole = 'primary'
-         WHERE s.logicalrelid = (SELECT c.oid FROM pg_catalog.pg_class c
-                                  WHERE c.relname = 'leaf_worker'
-                                    AND c.relnamespace = (SELECT e.extnamespace FROM pg_catalog.pg_extension e
-                                                           WHERE e.extname = 'leaf_id'));
+         WHERE s.logicalrelid = 'leaf_id_catalog.leaf_worker'::pg_catalog.regclass;
         needed := CASE WHEN pinned IS NULL THEN listed
                        WHEN pg_catalog.cardinality(pinned) >= 2 THEN pg_catalog.array_remove(pinned, holder)
                        ELSE pinned END;
@@ -128,7 +125,7 @@ BEGIN
     -- row and it claims again. The owner token goes: nobody holds the id.
     -- Every copy written must still have the owner and the pin read here
     -- (a copy whose holder moved its pin since fails the release).
-    UPDATE @extschema@.leaf_worker w
+    UPDATE leaf_id_catalog.leaf_worker w
        SET node_name = CASE WHEN w.node_name = owner AND w.copies IS NOT DISTINCT FROM pinned
                                  AND w.holder_copy IS NOT DISTINCT FROM holder
                             THEN 'released:' OPERATOR(pg_catalog.||) id::text
@@ -295,7 +292,7 @@ BEGIN
     IF step < 1 THEN
         RAISE EXCEPTION 'step must be at least 1, not %', step USING ERRCODE = '22023';
     END IF;
-    IF EXISTS (SELECT 1 FROM @extschema@.leaf_alloc a WHERE a.biz_tag = tag) THEN
+    IF EXISTS (SELECT 1 FROM leaf_id_catalog.leaf_alloc a WHERE a.biz_tag = tag) THEN
         RAISE EXCEPTION 'leaf_id tag "%" already exists in leaf_alloc', tag
             USING ERRCODE = '42710',
                   HINT = 'Adopt the sequence under a new tag, or switch the default yourself to leaf_segment_next() of the existing tag after raising its max_id above the column''s values.';
@@ -316,7 +313,7 @@ BEGIN
              WHEN adopted.column_type = 'pg_catalog.int4'::pg_catalog.regtype THEN 2147483647
              ELSE 9223372036854775807 END);
     -- a concurrent adoption of the same tag fails here with 23505
-    INSERT INTO @extschema@.leaf_alloc (biz_tag, max_id, step, description, max_value)
+    INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step, description, max_value)
     VALUES (tag, first_id, step, pg_catalog.format('adopted from sequence %s of %s.%I',
                                                    seq, adopted.owner_table, adopted.owner_column),
             NULLIF(seq_max, 9223372036854775807));
@@ -384,9 +381,9 @@ COMMENT ON FUNCTION leaf_snowflake_adopt_sequence(regclass) IS
 CREATE VIEW leaf_opaque_domains AS
 SELECT d.name, d.bits, d.created,
        (SELECT pg_catalog.array_agg(a.biz_tag ORDER BY a.biz_tag)
-          FROM @extschema@.leaf_alloc a
+          FROM leaf_id_catalog.leaf_alloc a
          WHERE a.opaque_domain OPERATOR(pg_catalog.=) d.name) AS tags
-  FROM @extschema@.leaf_opaque_domain d;
+  FROM leaf_id_catalog.leaf_opaque_domain d;
 
 CREATE FUNCTION leaf_opaque_create(name text, bits integer DEFAULT 63) RETURNS text
 LANGUAGE plpgsql VOLATILE
@@ -440,7 +437,7 @@ BEGIN
                 pg_catalog.set_config('citus.log_local_commands', 'off', true);
     END IF;
     BEGIN
-        INSERT INTO @extschema@.leaf_opaque_domain (name, bits, key)
+        INSERT INTO leaf_id_catalog.leaf_opaque_domain (name, bits, key)
         SELECT domain, width, @extschema@.leaf_id_random_key();
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'opaque domain "%" already exists', domain USING ERRCODE = '42710';
@@ -479,17 +476,17 @@ BEGIN
         RAISE EXCEPTION 'the name of an opaque domain must not be NULL' USING ERRCODE = '22004';
     END IF;
     -- the row lock makes a concurrent drop wait; a tag's row names it
-    PERFORM 1 FROM @extschema@.leaf_opaque_domain d WHERE d.name OPERATOR(pg_catalog.=) domain FOR UPDATE;
+    PERFORM 1 FROM leaf_id_catalog.leaf_opaque_domain d WHERE d.name OPERATOR(pg_catalog.=) domain FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'opaque domain "%" does not exist', domain USING ERRCODE = '42704';
     END IF;
     SELECT pg_catalog.array_agg(a.biz_tag ORDER BY a.biz_tag) INTO users
-      FROM @extschema@.leaf_alloc a WHERE a.opaque_domain OPERATOR(pg_catalog.=) domain;
+      FROM leaf_id_catalog.leaf_alloc a WHERE a.opaque_domain OPERATOR(pg_catalog.=) domain;
     IF users IS NOT NULL THEN
         RAISE EXCEPTION 'opaque domain "%" is used by tags %', domain, users
             USING ERRCODE = '2BP01', DETAIL = 'Its key decodes the IDs those tags issued.';
     END IF;
-    DELETE FROM @extschema@.leaf_opaque_domain d WHERE d.name OPERATOR(pg_catalog.=) domain;
+    DELETE FROM leaf_id_catalog.leaf_opaque_domain d WHERE d.name OPERATOR(pg_catalog.=) domain;
     RETURN domain;
 END
 $fn$;
@@ -506,7 +503,7 @@ SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT @extschema@.leaf_id_opaque_code('leaf_opaque_encode', $1, $2, false, d.bits, d.key)
       FROM (VALUES (1)) AS one (x)
-      LEFT JOIN @extschema@.leaf_opaque_domain d ON d.name OPERATOR(pg_catalog.=) $1;
+      LEFT JOIN leaf_id_catalog.leaf_opaque_domain d ON d.name OPERATOR(pg_catalog.=) $1;
 END;
 
 CREATE FUNCTION leaf_opaque_decode(domain text, id bigint) RETURNS bigint
@@ -515,7 +512,7 @@ SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT @extschema@.leaf_id_opaque_code('leaf_opaque_decode', $1, $2, true, d.bits, d.key)
       FROM (VALUES (1)) AS one (x)
-      LEFT JOIN @extschema@.leaf_opaque_domain d ON d.name OPERATOR(pg_catalog.=) $1;
+      LEFT JOIN leaf_id_catalog.leaf_opaque_domain d ON d.name OPERATOR(pg_catalog.=) $1;
 END;
 
 COMMENT ON VIEW leaf_opaque_domains IS
@@ -555,8 +552,9 @@ COMMENT ON FUNCTION leaf_opaque_grant(text, text, bigint) IS
 -- column default needs (REVOKE EXECUTE ... FROM PUBLIC to restrict it), and
 -- leaf_opaque_grant checks its caller itself. What shows tag names, ranges
 -- and the worker registry is for pg_monitor, as pg_stat_* details. The
--- tables, encoding and decoding, and everything that changes state are the
--- superuser's unless granted. (The names are quoted by the server.)
+-- tables and their schema (leaf_id_catalog: USAGE too), encoding and
+-- decoding, and everything that changes state are the superuser's unless
+-- granted. (The names are quoted by the server.)
 DO $leaf_id_acl$
 DECLARE
     stmt text;
@@ -591,25 +589,23 @@ BEGIN
                   '@extschema@.leaf_opaque_domains']) v
         ), member AS (
             SELECT d.classid, d.objid,
-                   CASE WHEN d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
-                        THEN 'FUNCTION' ELSE 'TABLE' END AS kind,
-                   CASE WHEN d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
-                        THEN d.objid::pg_catalog.regprocedure::pg_catalog.text
+                   CASE WHEN p.oid IS NOT NULL THEN 'FUNCTION'
+                        WHEN ns.oid IS NOT NULL THEN 'SCHEMA' ELSE 'TABLE' END AS kind,
+                   CASE WHEN p.oid IS NOT NULL THEN d.objid::pg_catalog.regprocedure::pg_catalog.text
+                        WHEN ns.oid IS NOT NULL THEN pg_catalog.quote_ident(ns.nspname::pg_catalog.text)
                         ELSE d.objid::pg_catalog.regclass::pg_catalog.text END AS name,
-                   COALESCE(p.proowner, c.relowner) AS owner,
-                   COALESCE(p.proacl, c.relacl,
-                            pg_catalog.acldefault((CASE WHEN p.oid IS NOT NULL THEN 'f' ELSE 'r' END)::"char",
-                                                  COALESCE(p.proowner, c.relowner))) AS acl,
+                   COALESCE(p.proowner, c.relowner, ns.nspowner) AS owner,
+                   COALESCE(p.proacl, c.relacl, ns.nspacl,
+                            pg_catalog.acldefault(t.objtype, COALESCE(p.proowner, c.relowner, ns.nspowner))) AS acl,
                    -- made by this install or update (its membership is of
                    -- this transaction): all it has is the scripts'; else
                    -- what the earlier scripts left (no row: the default)
                    CASE WHEN d.xmin OPERATOR(pg_catalog.=) pg_catalog.xid(pg_catalog.pg_current_xact_id())
-                        THEN COALESCE(p.proacl, c.relacl,
-                                      pg_catalog.acldefault((CASE WHEN p.oid IS NOT NULL THEN 'f' ELSE 'r' END)::"char",
-                                                            COALESCE(p.proowner, c.relowner)))
+                        THEN COALESCE(p.proacl, c.relacl, ns.nspacl,
+                                      pg_catalog.acldefault(t.objtype, COALESCE(p.proowner, c.relowner, ns.nspowner)))
                         ELSE COALESCE(i.initprivs,
-                                      pg_catalog.acldefault((CASE WHEN p.oid IS NOT NULL THEN 'f' ELSE 'r' END)::"char",
-                                                            COALESCE(p.proowner, c.relowner))) END AS initial
+                                      pg_catalog.acldefault(t.objtype, COALESCE(p.proowner, c.relowner, ns.nspowner))) END AS initial,
+                   t.objtype
               FROM pg_catalog.pg_depend d
               LEFT JOIN pg_catalog.pg_proc p
                 ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
@@ -617,6 +613,11 @@ BEGIN
               LEFT JOIN pg_catalog.pg_class c
                 ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
                AND c.oid OPERATOR(pg_catalog.=) d.objid
+              LEFT JOIN pg_catalog.pg_namespace ns
+                ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_namespace'::pg_catalog.regclass
+               AND ns.oid OPERATOR(pg_catalog.=) d.objid
+              CROSS JOIN LATERAL (SELECT (CASE WHEN p.oid IS NOT NULL THEN 'f'
+                                               WHEN ns.oid IS NOT NULL THEN 'n' ELSE 'r' END)::"char" AS objtype) t
               LEFT JOIN pg_catalog.pg_init_privs i
                 ON i.classoid OPERATOR(pg_catalog.=) d.classid AND i.objoid OPERATOR(pg_catalog.=) d.objid
                AND i.objsubid OPERATOR(pg_catalog.=) 0
@@ -624,7 +625,8 @@ BEGIN
                AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e
                                                        WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id')
                AND d.deptype OPERATOR(pg_catalog.=) 'e'
-               AND (p.oid IS NOT NULL OR c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p', 'v', 'm']::pg_catalog."char"[]))
+               AND (p.oid IS NOT NULL OR ns.oid IS NOT NULL
+                    OR c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p', 'v', 'm']::pg_catalog."char"[]))
         ), initial AS (
             SELECT m.*, a.grantee, a.privilege_type
               FROM member m CROSS JOIN LATERAL pg_catalog.aclexplode(m.initial) a
@@ -667,9 +669,7 @@ BEGIN
         SELECT pg_catalog.format('GRANT ALL ON %s %s TO %I', m.kind, m.name, r.rolname)
           FROM member m JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) m.owner
          WHERE EXISTS (SELECT 1
-                         FROM pg_catalog.aclexplode(pg_catalog.acldefault(
-                                  (CASE WHEN m.kind OPERATOR(pg_catalog.=) 'FUNCTION' THEN 'f' ELSE 'r' END)::"char",
-                                  m.owner)) d
+                         FROM pg_catalog.aclexplode(pg_catalog.acldefault(m.objtype, m.owner)) d
                         WHERE d.grantee OPERATOR(pg_catalog.=) m.owner
                           AND NOT EXISTS (SELECT 1 FROM current c
                                            WHERE c.classid OPERATOR(pg_catalog.=) m.classid

@@ -54,20 +54,20 @@ mod tests {
         error = "new row for relation \"leaf_alloc\" violates check constraint \"leaf_alloc_step_positive\""
     )]
     fn table_rejects_step_below_one() {
-        Spi::run("INSERT INTO leaf_alloc (biz_tag, step) VALUES ('t', 0)").unwrap();
+        Spi::run("INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('t', 0)").unwrap();
     }
 
     #[pg_test(
         error = "new row for relation \"leaf_alloc\" violates check constraint \"leaf_alloc_max_id_not_negative\""
     )]
     fn table_rejects_negative_max_id() {
-        Spi::run("INSERT INTO leaf_alloc (biz_tag, step, max_id) VALUES ('t', 1, -5)").unwrap();
+        Spi::run("INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, max_id) VALUES ('t', 1, -5)").unwrap();
     }
 
     /// The worker does not see this uncommitted row, so the tag is unknown to it.
     #[pg_test(error = "leaf_id tag \"pg_test uncommitted\" does not exist in leaf_alloc")]
     fn tag_must_be_committed_before_use() {
-        Spi::run("INSERT INTO leaf_alloc (biz_tag, step) VALUES ('pg_test uncommitted', 10)")
+        Spi::run("INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('pg_test uncommitted', 10)")
             .unwrap();
         Spi::get_one::<i64>("SELECT leaf_segment_next('pg_test uncommitted')").unwrap();
     }

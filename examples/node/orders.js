@@ -28,7 +28,7 @@ async function main() {
   const client = new Client({ connectionString: url });
   await client.connect();
   await client.query('CREATE EXTENSION IF NOT EXISTS leaf_id');
-  await client.query("INSERT INTO leaf_alloc (biz_tag, step) VALUES ('node_order', 100) ON CONFLICT DO NOTHING");
+  await client.query("INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('node_order', 100) ON CONFLICT DO NOTHING");
   await client.query('DROP TABLE IF EXISTS node_orders, node_events');
   await client.query("CREATE TABLE node_orders (id bigint PRIMARY KEY DEFAULT leaf_segment_next('node_order'), item text NOT NULL)");
   await client.query('CREATE TABLE node_events (id bigint PRIMARY KEY DEFAULT leaf_snowflake_next(), kind text NOT NULL)');

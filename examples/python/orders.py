@@ -31,7 +31,7 @@ def check(ok, what):
 with psycopg.connect(URL, autocommit=True) as conn:
     conn.execute("CREATE EXTENSION IF NOT EXISTS leaf_id")
     conn.execute(
-        "INSERT INTO leaf_alloc (biz_tag, step, description) VALUES ('order', 1000, 'order numbers')"
+        "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, description) VALUES ('order', 1000, 'order numbers')"
         " ON CONFLICT (biz_tag) DO NOTHING"
     )
     (one,) = conn.execute("SELECT leaf_segment_next('order')").fetchone()

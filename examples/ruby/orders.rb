@@ -19,7 +19,7 @@ require "active_record"
 ActiveRecord::Base.establish_connection(ENV.fetch("LEAF_ID_URL"))
 conn = ActiveRecord::Base.connection
 conn.execute("CREATE EXTENSION IF NOT EXISTS leaf_id")
-conn.execute("INSERT INTO leaf_alloc (biz_tag, step) VALUES ('ar_order', 100) ON CONFLICT DO NOTHING")
+conn.execute("INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('ar_order', 100) ON CONFLICT DO NOTHING")
 
 ActiveRecord::Migration.verbose = false
 ActiveRecord::Schema.define do

@@ -2,13 +2,13 @@
 \set VERBOSITY terse
 
 -- table checks
-INSERT INTO leaf_alloc (biz_tag, step) VALUES ('', 10);
-INSERT INTO leaf_alloc (biz_tag, step) VALUES (repeat('x', 129), 10);
-INSERT INTO leaf_alloc (biz_tag, step) VALUES ('bad', 0);
-INSERT INTO leaf_alloc (biz_tag, step, max_id) VALUES ('bad', 10, -1);
-INSERT INTO leaf_alloc (biz_tag) VALUES ('bad');
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('', 10);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES (repeat('x', 129), 10);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('bad', 0);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, max_id) VALUES ('bad', 10, -1);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag) VALUES ('bad');
 
-INSERT INTO leaf_alloc (biz_tag, step, description) VALUES ('order', 100, 'orders');
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, description) VALUES ('order', 100, 'orders');
 
 -- IDs start at max_id and increase
 SELECT leaf_segment_next('order') FROM generate_series(1, 5);
@@ -37,10 +37,10 @@ FROM leaf_segment_status WHERE tag = 'order' \gset
 SELECT :'refilled' AS refilled, count(*) AS ids, count(DISTINCT id) AS distinct_ids,
        min(id) > 10 AS none_of_the_ten, max(id) < a.max_id AS ids_reserved,
        :cached_end <= a.max_id AS cached_reserved
-FROM crossing, leaf_alloc a WHERE a.biz_tag = 'order' GROUP BY a.max_id;
+FROM crossing, leaf_id_catalog.leaf_alloc a WHERE a.biz_tag = 'order' GROUP BY a.max_id;
 
 -- max_id is above every ID handed out
-SELECT max_id > (SELECT leaf_segment_next('order')) AS reserved_above FROM leaf_alloc WHERE biz_tag = 'order';
+SELECT max_id > (SELECT leaf_segment_next('order')) AS reserved_above FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'order';
 
 -- status: one row per cached tag
 SELECT tag, status, table_step, refills >= 2 AS refilled, dynamic_step >= table_step AS step_ok,
@@ -55,29 +55,29 @@ SELECT leaf_segment_next('no such tag');
 
 -- a tag inserted now works at once; the unknown tag's slot is not kept
 SELECT count(*) FROM leaf_segment_status WHERE tag = 'no such tag';
-INSERT INTO leaf_alloc (biz_tag, step) VALUES ('no such tag', 10);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('no such tag', 10);
 SELECT leaf_segment_next('no such tag');
 
 -- a step < 1 forced into the table is refused at the refill
-ALTER TABLE leaf_alloc DROP CONSTRAINT leaf_alloc_step_positive;
-INSERT INTO leaf_alloc (biz_tag, step) VALUES ('zero step', 0);
+ALTER TABLE leaf_id_catalog.leaf_alloc DROP CONSTRAINT leaf_alloc_step_positive;
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('zero step', 0);
 SELECT leaf_segment_next('zero step');
-DELETE FROM leaf_alloc WHERE biz_tag = 'zero step';
-ALTER TABLE leaf_alloc ADD CONSTRAINT leaf_alloc_step_positive CHECK (step >= 1);
+DELETE FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'zero step';
+ALTER TABLE leaf_id_catalog.leaf_alloc ADD CONSTRAINT leaf_alloc_step_positive CHECK (step >= 1);
 
 -- so is a negative max_id
-ALTER TABLE leaf_alloc DROP CONSTRAINT leaf_alloc_max_id_not_negative;
-INSERT INTO leaf_alloc (biz_tag, step, max_id) VALUES ('negative', 10, -5);
+ALTER TABLE leaf_id_catalog.leaf_alloc DROP CONSTRAINT leaf_alloc_max_id_not_negative;
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, max_id) VALUES ('negative', 10, -5);
 SELECT leaf_segment_next('negative');
-DELETE FROM leaf_alloc WHERE biz_tag = 'negative';
-ALTER TABLE leaf_alloc ADD CONSTRAINT leaf_alloc_max_id_not_negative CHECK (max_id >= 0);
+DELETE FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'negative';
+ALTER TABLE leaf_id_catalog.leaf_alloc ADD CONSTRAINT leaf_alloc_max_id_not_negative CHECK (max_id >= 0);
 
 -- the end of bigint: the last IDs, then an error, never a wrap
-INSERT INTO leaf_alloc (biz_tag, step, max_id) VALUES ('almost full', 3, 9223372036854775802);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, max_id) VALUES ('almost full', 3, 9223372036854775802);
 SELECT leaf_segment_next('almost full') FROM generate_series(1, 5);
 SELECT leaf_segment_next('almost full');
 SELECT leaf_segment_next('almost full');
-SELECT max_id FROM leaf_alloc WHERE biz_tag = 'almost full';
+SELECT max_id FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'almost full';
 
 -- read-only transactions are refused, as nextval() does
 BEGIN READ ONLY;
@@ -85,10 +85,10 @@ SELECT leaf_segment_next('order');
 ROLLBACK;
 
 -- a deleted tag stops issuing IDs at its next refill
-INSERT INTO leaf_alloc (biz_tag, step) VALUES ('short lived', 1);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('short lived', 1);
 SELECT leaf_segment_next('short lived');
 CREATE TEMP TABLE after_delete (id bigint);
-DELETE FROM leaf_alloc WHERE biz_tag = 'short lived' RETURNING max_id AS reserved_to \gset
+DELETE FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'short lived' RETURNING max_id AS reserved_to \gset
 DO $$
 DECLARE v bigint;
 BEGIN
@@ -107,9 +107,9 @@ END $$;
 SELECT coalesce(bool_and(id < :reserved_to), true) AS reserved_before_delete FROM after_delete;
 
 -- SQLSTATEs of the input errors above
-ALTER TABLE leaf_alloc DROP CONSTRAINT leaf_alloc_step_positive;
-ALTER TABLE leaf_alloc DROP CONSTRAINT leaf_alloc_max_id_not_negative;
-INSERT INTO leaf_alloc (biz_tag, step, max_id) VALUES ('zero step', 0, 1), ('negative', 10, -5);
+ALTER TABLE leaf_id_catalog.leaf_alloc DROP CONSTRAINT leaf_alloc_step_positive;
+ALTER TABLE leaf_id_catalog.leaf_alloc DROP CONSTRAINT leaf_alloc_max_id_not_negative;
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, max_id) VALUES ('zero step', 0, 1), ('negative', 10, -5);
 SELECT q, regress_sqlstate(q) FROM (VALUES
   ($$SELECT leaf_segment_next(NULL)$$),
   ($$SELECT leaf_segment_next('')$$),
@@ -118,9 +118,9 @@ SELECT q, regress_sqlstate(q) FROM (VALUES
   ($$SELECT leaf_segment_next('zero step')$$),
   ($$SELECT leaf_segment_next('negative')$$),
   ($$SELECT leaf_segment_next('almost full')$$)) v(q);
-DELETE FROM leaf_alloc WHERE biz_tag IN ('zero step', 'negative');
-ALTER TABLE leaf_alloc ADD CONSTRAINT leaf_alloc_step_positive CHECK (step >= 1);
-ALTER TABLE leaf_alloc ADD CONSTRAINT leaf_alloc_max_id_not_negative CHECK (max_id >= 0);
+DELETE FROM leaf_id_catalog.leaf_alloc WHERE biz_tag IN ('zero step', 'negative');
+ALTER TABLE leaf_id_catalog.leaf_alloc ADD CONSTRAINT leaf_alloc_step_positive CHECK (step >= 1);
+ALTER TABLE leaf_id_catalog.leaf_alloc ADD CONSTRAINT leaf_alloc_max_id_not_negative CHECK (max_id >= 0);
 BEGIN READ ONLY;
 SELECT regress_sqlstate($$SELECT leaf_segment_next('order')$$);
 ROLLBACK;

@@ -38,7 +38,7 @@ SELECT state, worker_id_source, worker_id IS NOT NULL AS has_id,
 FROM leaf_snowflake_status;
 
 -- the registry row of this node
-SELECT count(*) FROM leaf_worker WHERE worker_id = (SELECT worker_id FROM leaf_snowflake_status)
+SELECT count(*) FROM leaf_id_catalog.leaf_worker WHERE worker_id = (SELECT worker_id FROM leaf_snowflake_status)
   AND last_timestamp IS NOT NULL;
 
 -- clock moved back by an hour: refused with 58000, and the message says by how much (an hour

@@ -3,7 +3,7 @@
 
 CREATE ROLE regress_leaf_app;
 CREATE ROLE regress_leaf_monitor IN ROLE pg_monitor;
-INSERT INTO leaf_alloc (biz_tag, step) VALUES ('priv', 10);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('priv', 10);
 
 -- the catalog: who may do what
 SELECT p.oid::regprocedure AS function, has_function_privilege('regress_leaf_app', p.oid, 'EXECUTE') AS app,
@@ -27,11 +27,11 @@ SELECT regress_sqlstate('SELECT * FROM leaf_snowflake_status()') AS snowflake_st
 SELECT regress_sqlstate('SELECT * FROM leaf_id_worker_status') AS worker_status_view;
 SELECT regress_sqlstate('SELECT * FROM leaf_id_worker_status()') AS worker_status_function;
 -- the tables are the superuser's (42501)
-SELECT regress_sqlstate('SELECT * FROM leaf_alloc') AS read_alloc;
-SELECT regress_sqlstate($$UPDATE leaf_alloc SET max_id = 1 WHERE biz_tag = 'priv'$$) AS rewind_alloc;
-SELECT regress_sqlstate($$INSERT INTO leaf_alloc (biz_tag, step) VALUES ('mine', 1)$$) AS add_tag;
-SELECT regress_sqlstate('DELETE FROM leaf_worker') AS delete_worker;
-SELECT regress_sqlstate($$INSERT INTO leaf_worker (worker_id, node_name) VALUES (1000, 'evil')$$) AS add_worker;
+SELECT regress_sqlstate('SELECT * FROM leaf_id_catalog.leaf_alloc') AS read_alloc;
+SELECT regress_sqlstate($$UPDATE leaf_id_catalog.leaf_alloc SET max_id = 1 WHERE biz_tag = 'priv'$$) AS rewind_alloc;
+SELECT regress_sqlstate($$INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('mine', 1)$$) AS add_tag;
+SELECT regress_sqlstate('DELETE FROM leaf_id_catalog.leaf_worker') AS delete_worker;
+SELECT regress_sqlstate($$INSERT INTO leaf_id_catalog.leaf_worker (worker_id, node_name) VALUES (1000, 'evil')$$) AS add_worker;
 -- test-only and node settings are superuser settings (42501)
 SELECT regress_sqlstate('SET leaf_id.test_clock_offset_ms = -100000') AS clock_offset;
 SELECT regress_sqlstate('SET leaf_id.worker_id = 3') AS worker_id;

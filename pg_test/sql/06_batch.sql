@@ -1,7 +1,7 @@
 -- many IDs in one call
 \set VERBOSITY terse
 
-INSERT INTO leaf_alloc (biz_tag, step, max_id) VALUES ('batch', 10, 1000);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, max_id) VALUES ('batch', 10, 1000);
 -- n IDs, consecutive where the segment has room
 SELECT leaf_segment_next('batch', 5);
 -- n = 0: no rows; NULL and negative n, NULL tag: errors
@@ -14,7 +14,7 @@ SELECT regress_sqlstate($$SELECT leaf_segment_next('never inserted', 3)$$) AS un
 -- segments, every ID distinct, none issued before, all below max_id
 CREATE TEMP TABLE batch_ids AS SELECT id FROM leaf_segment_next('batch', 200000) AS id;
 SELECT count(*) AS ids, count(DISTINCT id) AS distinct_ids, min(id) > 1004 AS after_the_five,
-       max(id) < (SELECT max_id FROM leaf_alloc WHERE biz_tag = 'batch') AS reserved
+       max(id) < (SELECT max_id FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'batch') AS reserved
 FROM batch_ids;
 -- single calls go on above the batch
 SELECT leaf_segment_next('batch') > 1004 + 200000 - 1 AS single_after_batch;

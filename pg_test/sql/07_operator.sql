@@ -7,19 +7,19 @@ SELECT p.oid::regprocedure AS function, has_function_privilege('public', p.oid, 
 FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'leaf_id'
 WHERE p.proname ~ '(adopt|release)' ORDER BY p.oid::regprocedure::text;
-SELECT has_table_privilege('public', 'leaf_alloc_tuning', 'SELECT') AS public_reads_tuning;
+SELECT has_table_privilege('public', 'leaf_id_catalog.leaf_alloc_tuning', 'SELECT') AS public_reads_tuning;
 
 -- leaf_snowflake_release_worker_id: the manual UPDATE to released:<id>
-INSERT INTO leaf_worker (worker_id, node_name, last_timestamp) VALUES (900, 'gone-node', 1700000000000);
+INSERT INTO leaf_id_catalog.leaf_worker (worker_id, node_name, last_timestamp) VALUES (900, 'gone-node', 1700000000000);
 SELECT leaf_snowflake_release_worker_id(900) AS former_owner;
-SELECT worker_id, node_name, last_timestamp FROM leaf_worker WHERE worker_id = 900;  -- mark kept
+SELECT worker_id, node_name, last_timestamp FROM leaf_id_catalog.leaf_worker WHERE worker_id = 900;  -- mark kept
 SELECT regress_sqlstate('SELECT leaf_snowflake_release_worker_id(900)') AS already_released;
 SELECT regress_sqlstate('SELECT leaf_snowflake_release_worker_id(901)') AS unknown_id;
 SELECT leaf_snowflake_release_worker_id(901);  -- the message
 SELECT regress_sqlstate('SELECT leaf_snowflake_release_worker_id(NULL)') AS null_id;
 SELECT regress_sqlstate('SELECT leaf_snowflake_release_worker_id(1024)') AS out_of_range;
 SELECT regress_sqlstate('SELECT leaf_snowflake_release_worker_id(-1)') AS negative;
-DELETE FROM leaf_worker WHERE worker_id = 900;
+DELETE FROM leaf_id_catalog.leaf_worker WHERE worker_id = 900;
 
 -- leaf_segment_adopt_sequence: a serial column with rows, and a key above
 -- the sequence put there by hand (setval or an explicit key)
@@ -27,7 +27,7 @@ CREATE TABLE adopt_serial (id serial PRIMARY KEY, note text);
 INSERT INTO adopt_serial (note) SELECT 'old' FROM generate_series(1, 5);
 INSERT INTO adopt_serial (id, note) VALUES (42, 'explicit');
 SELECT leaf_segment_adopt_sequence('adopt_serial_id_seq', 'adopt_serial', 10) AS first_id;
-SELECT biz_tag, max_id, step, description FROM leaf_alloc WHERE biz_tag = 'adopt_serial';
+SELECT biz_tag, max_id, step, description FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'adopt_serial';
 SELECT pg_get_expr(adbin, adrelid) AS new_default FROM pg_attrdef WHERE adrelid = 'adopt_serial'::regclass;
 INSERT INTO adopt_serial (note) VALUES ('new') RETURNING id > 42 AS above_old_keys;
 -- the sequence is frozen: a stray nextval() fails instead of repeating an ID
@@ -65,7 +65,7 @@ BEGIN ISOLATION LEVEL REPEATABLE READ;
 SELECT regress_sqlstate($$SELECT leaf_segment_adopt_sequence('adopt_down_seq', 't')$$) AS repeatable_read;
 ROLLBACK;
 -- nothing of a refused adoption stays
-SELECT count(*) AS stray_tags FROM leaf_alloc WHERE biz_tag = 't';
+SELECT count(*) AS stray_tags FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 't';
 SELECT pg_get_expr(adbin, adrelid) AS default_kept FROM pg_attrdef WHERE adrelid = 'adopt_down'::regclass;
 
 -- leaf_snowflake_adopt_sequence
@@ -93,11 +93,11 @@ SELECT regress_sqlstate('SELECT leaf_snowflake_release_worker_id(0)') AS release
 SELECT regress_sqlstate($$SELECT leaf_segment_adopt_sequence('adopt_free_seq', 'x')$$) AS segment_adopt;
 SELECT regress_sqlstate($$SELECT leaf_snowflake_adopt_sequence('adopt_free_seq')$$) AS snowflake_adopt;
 SELECT regress_sqlstate($$SELECT * FROM leaf_id_adopt_sequence('adopt_free_seq', '1', false)$$) AS adopt_internal;
-SELECT regress_sqlstate('SELECT * FROM leaf_alloc_tuning') AS read_tuning;
-SELECT regress_sqlstate('DELETE FROM leaf_alloc_tuning') AS reset_tuning;
+SELECT regress_sqlstate('SELECT * FROM leaf_id_catalog.leaf_alloc_tuning') AS read_tuning;
+SELECT regress_sqlstate('DELETE FROM leaf_id_catalog.leaf_alloc_tuning') AS reset_tuning;
 RESET ROLE;
 DROP ROLE regress_leaf_operator;
 
 DROP TABLE adopt_serial, adopt_identity, adopt_text, adopt_down, adopt_flake, adopt_flake_big, adopt_flake_int;
 DROP SEQUENCE adopt_free_seq;
-DELETE FROM leaf_alloc WHERE biz_tag IN ('adopt_serial', 'adopt_identity');
+DELETE FROM leaf_id_catalog.leaf_alloc WHERE biz_tag IN ('adopt_serial', 'adopt_identity');

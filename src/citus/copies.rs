@@ -179,7 +179,7 @@ fn verify_own_shard(
             .select(
                 sql::OWN_SHARD_CHECK,
                 None,
-                &[schema.oid().into(), relname.into()],
+                &[schema.tables_oid().into(), relname.into()],
             )
             .map_err(spi_err)?
             .into_iter()
@@ -524,20 +524,21 @@ pub fn renew_on_majority(
     }
     let mut acks = 0;
     let mut failures = Vec::new();
-    let (schema_name, shard_name) = sql::remote_names(schema, &copies.shard);
+    let names = sql::remote_names(schema, &copies.shard);
     let command = sql::build_on_server(
         client,
         sql::BUILD_REMOTE_RENEWAL,
         &[
             remote_lock_timeout_ms.to_string().into(),
-            schema_name.into(),
-            shard_name.into(),
+            names.schema.into(),
+            names.shard.into(),
             node.into(),
             token.into(),
             mark.into(),
             epoch.into(),
             (worker_id as i32).into(),
             format!("no leaf_worker row of worker id {worker_id} on this node").into(),
+            names.tables_schema.into(),
         ],
     )?;
     // each other copy through a helper process of its own, so that a node
@@ -641,13 +642,13 @@ pub fn highest_mark_on_other_copies(
     worker_id: i64,
     epoch: i64,
 ) -> Result<i64, JobError> {
-    let (schema_name, shard_name) = sql::remote_names(schema, &copies.shard);
+    let names = sql::remote_names(schema, &copies.shard);
     let read = sql::build_on_server(
         client,
         sql::BUILD_REMOTE_MARK_READ,
         &[
-            schema_name.into(),
-            shard_name.into(),
+            names.tables_schema.into(),
+            names.shard.into(),
             (worker_id as i32).into(),
         ],
     )?;

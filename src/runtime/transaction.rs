@@ -27,7 +27,10 @@ use std::panic::AssertUnwindSafe;
 /// The catalog version (the extension's SQL objects) this library serves.
 pub const CATALOG_VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// The older catalogs the library still serves: 0.5.2 lacks only
+/// The older catalogs the library still serves: 0.6.0 differs only in where
+/// the tables are (the extension's schema; `leaf_id_catalog` from 0.7.0,
+/// which `worker_sql::installed_extension` finds as the extension's member
+/// schema), so it serves everything; 0.5.2 lacks only
 /// `leaf_alloc.max_value` and `draw_role` (`catalog_has_tag_limits`), 0.5.1
 /// also the `leaf_id_worker_status` view and 0.5.0 differs in `leaf_opaque_create`'s
 /// SQL too (its Citus INSERT), so it serves everything to both;
@@ -38,7 +41,7 @@ pub const CATALOG_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// needs, so those two serve segment mode only (`catalog_lacks_snowflake`);
 /// 0.1.0 also has no leaf_alloc_tuning (`catalog_is_legacy`).
 pub const OLDER_CATALOGS: &[&str] = &[
-    "0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.5.1", "0.5.2",
+    "0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.5.1", "0.5.2", "0.6.0",
 ];
 
 /// The older catalogs snowflake mode cannot run on.
@@ -68,7 +71,7 @@ pub fn catalog_lacks_snowflake() -> bool {
 pub fn catalog_has_opaque() -> bool {
     matches!(
         JOB_CATALOG.with(|c| c.get()),
-        None | Some("0.4.0") | Some("0.5.0") | Some("0.5.1") | Some("0.5.2")
+        None | Some("0.4.0") | Some("0.5.0") | Some("0.5.1") | Some("0.5.2") | Some("0.6.0")
     )
 }
 
@@ -79,7 +82,7 @@ pub fn catalog_has_opaque() -> bool {
 pub fn catalog_has_grants_and_history() -> bool {
     matches!(
         JOB_CATALOG.with(|c| c.get()),
-        None | Some("0.5.0") | Some("0.5.1") | Some("0.5.2")
+        None | Some("0.5.0") | Some("0.5.1") | Some("0.5.2") | Some("0.6.0")
     )
 }
 
@@ -87,7 +90,7 @@ pub fn catalog_has_grants_and_history() -> bool {
 /// largest counter value a tag issues) and `leaf_alloc.draw_role` (whose
 /// privileges a caller needs to draw the tag's IDs)?
 pub fn catalog_has_tag_limits() -> bool {
-    JOB_CATALOG.with(|c| c.get()).is_none()
+    matches!(JOB_CATALOG.with(|c| c.get()), None | Some("0.6.0"))
 }
 
 /// The error of a job that needs the current catalog.

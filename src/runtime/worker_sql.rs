@@ -17,13 +17,21 @@ use crate::runtime::job::{JobError, spi_err};
 use pgrx::pg_sys;
 use pgrx::spi::SpiClient;
 
-/// The extension's schema in the running job's transaction.
+/// The extension's schema in the running job's transaction, and the schema
+/// of its tables: from catalog 0.7.0 the extension's own member schema
+/// (`leaf_id_catalog`, which only its owner may use), before it the
+/// extension's schema.
 pub struct Schema {
-    /// `quote_ident(nspname)`, computed by the server.
+    /// The extension's schema (its functions), `quote_ident(nspname)`,
+    /// computed by the server.
     quoted: String,
     /// The name itself: only ever bound, never pasted.
     name: String,
-    oid: pg_sys::Oid,
+    /// The tables' schema, quoted by the server.
+    tables_quoted: String,
+    /// Its name: only ever bound, never pasted.
+    tables_name: String,
+    tables_oid: pg_sys::Oid,
 }
 
 /// leaf_id's tables (their names are constants of this module).
@@ -49,13 +57,14 @@ impl Table {
 }
 
 impl Schema {
-    pub fn oid(&self) -> pg_sys::Oid {
-        self.oid
+    /// The OID of the tables' schema.
+    pub fn tables_oid(&self) -> pg_sys::Oid {
+        self.tables_oid
     }
 
     /// A table of the extension, schema-qualified.
     fn table(&self, t: Table) -> String {
-        format!("{}.{}", self.quoted, t.name())
+        format!("{}.{}", self.tables_quoted, t.name())
     }
 
     /// A function of the extension, schema-qualified.
@@ -67,7 +76,7 @@ impl Schema {
     /// names `<table>_<shard id>` in the table's schema).
     pub fn shard(&self, t: Table, shard_id: i64) -> Shard {
         Shard {
-            qualified: format!("{}.{}_{shard_id}", self.quoted, t.name()),
+            qualified: format!("{}.{}_{shard_id}", self.tables_quoted, t.name()),
             relname: format!("{}_{shard_id}", t.name()),
         }
     }
@@ -97,20 +106,29 @@ pub struct Shard {
 }
 
 /// The schema (quoted, and its name and OID) and version of the extension
-/// in this database; None when it is not installed. The schema's
-/// pg_namespace row is locked (FOR SHARE) until the transaction ends: a
-/// database owner who renames the schema, or creates another one by its old
-/// name, waits for the job, so every name the job's statements resolve is
-/// the extension's.
+/// in this database, with the schema of its tables; None when it is not
+/// installed. The extension's schema's pg_namespace row is locked (FOR
+/// SHARE) until the transaction ends: a database owner who renames the
+/// schema, or creates another one by its old name, waits for the job, so
+/// every name the job's statements resolve is the extension's. The tables'
+/// schema (catalog 0.7.0 on) is found as a member of the extension, never
+/// by its name; only superusers may rename or change it.
 pub(crate) fn installed_extension(
     client: &mut SpiClient,
 ) -> Result<Option<(Schema, String)>, JobError> {
     let rows = client
         .update(
             "SELECT pg_catalog.quote_ident(n.nspname::pg_catalog.text), n.nspname::pg_catalog.text, \
-             n.oid, e.extversion::pg_catalog.text \
+             e.extversion::pg_catalog.text, \
+             pg_catalog.quote_ident(t.nspname::pg_catalog.text), t.nspname::pg_catalog.text, t.oid, n.oid \
              FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n \
              ON n.oid OPERATOR(pg_catalog.=) e.extnamespace \
+             LEFT JOIN LATERAL (SELECT m.nspname, m.oid FROM pg_catalog.pg_depend d \
+               JOIN pg_catalog.pg_namespace m ON m.oid OPERATOR(pg_catalog.=) d.objid \
+               WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_namespace'::pg_catalog.regclass::pg_catalog.oid \
+               AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass::pg_catalog.oid \
+               AND d.refobjid OPERATOR(pg_catalog.=) e.oid AND d.deptype OPERATOR(pg_catalog.=) 'e'::pg_catalog.\"char\" \
+               LIMIT 1) t ON true \
              WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'::pg_catalog.name \
              FOR SHARE OF n",
             None,
@@ -120,15 +138,34 @@ pub(crate) fn installed_extension(
     let Some(row) = rows.into_iter().next() else {
         return Ok(None);
     };
-    let (Some(quoted), Some(name), Some(oid), Some(version)) = (
+    let (Some(quoted), Some(name), Some(version), Some(oid)) = (
         row.get::<String>(1).map_err(spi_err)?,
         row.get::<String>(2).map_err(spi_err)?,
-        row.get::<pg_sys::Oid>(3).map_err(spi_err)?,
-        row.get::<String>(4).map_err(spi_err)?,
+        row.get::<String>(3).map_err(spi_err)?,
+        row.get::<pg_sys::Oid>(7).map_err(spi_err)?,
     ) else {
         return Ok(None);
     };
-    Ok(Some((Schema { quoted, name, oid }, version)))
+    let member = (
+        row.get::<String>(4).map_err(spi_err)?,
+        row.get::<String>(5).map_err(spi_err)?,
+        row.get::<pg_sys::Oid>(6).map_err(spi_err)?,
+    );
+    // (before catalog 0.7.0 the tables are in the extension's schema)
+    let (tables_quoted, tables_name, tables_oid) = match member {
+        (Some(q), Some(n), Some(o)) => (q, n, o),
+        _ => (quoted.clone(), name.clone(), oid),
+    };
+    Ok(Some((
+        Schema {
+            quoted,
+            name,
+            tables_quoted,
+            tables_name,
+            tables_oid,
+        },
+        version,
+    )))
 }
 
 /// The OID of the relation named $2 in the schema of OID $1.
@@ -143,7 +180,7 @@ pub fn table_oid(
     t: Table,
 ) -> Result<Option<pg_sys::Oid>, JobError> {
     match client
-        .select(TABLE_OID, None, &[s.oid.into(), t.name().into()])
+        .select(TABLE_OID, None, &[s.tables_oid.into(), t.name().into()])
         .map_err(spi_err)?
         .into_iter()
         .next()
@@ -556,8 +593,10 @@ pub fn worker_close(s: &Schema) -> String {
 
 /// Builds, on this server, the DO statement that renews a copy of
 /// leaf_worker on another node: $1 lock_timeout (ms, as text), $2 the
-/// schema's name, $3 the shard's name, $4 node name, $5 token, $6 mark, $7
-/// epoch, $8 worker id, $9 the message when the row is missing. The body is
+/// extension's schema's name, $3 the shard's name, $4 node name, $5 token,
+/// $6 mark, $7 epoch, $8 worker id, $9 the message when the row is missing,
+/// $10 the tables' schema's name (the extension's before catalog 0.7.0;
+/// its own schema, which only superusers may rename, from 0.7.0). The body is
 /// quoted by %L, every name by %I and every value by %L. The remote commit
 /// is synchronous, so an acknowledged copy is durable.
 ///
@@ -596,17 +635,17 @@ pub const BUILD_REMOTE_RENEWAL: &str = "SELECT pg_catalog.format('DO %L', pg_cat
      END', $1::pg_catalog.text, \
      $2::pg_catalog.text, \
      pg_catalog.format('leaf_id''s schema is not %I on this node', $2::pg_catalog.text), \
-     $2::pg_catalog.text, $3::pg_catalog.text, \
-     pg_catalog.format('%I.%I', $2::pg_catalog.text, $3::pg_catalog.text), \
+     $10::pg_catalog.text, $3::pg_catalog.text, \
+     pg_catalog.format('%I.%I', $10::pg_catalog.text, $3::pg_catalog.text), \
      pg_catalog.format('%I.%I on this node is not leaf_id''s copy of leaf_worker (not a plain table of the \
 extension''s owner without triggers, rules or row security): the renewal is refused', \
-     $2::pg_catalog.text, $3::pg_catalog.text), \
-     $2::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.text, \
+     $10::pg_catalog.text, $3::pg_catalog.text), \
+     $10::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.text, \
      $5::pg_catalog.int8, $6::pg_catalog.int8, $2::pg_catalog.text, $7::pg_catalog.int8, \
      $8::pg_catalog.int4, $9::pg_catalog.text))";
 
 /// Builds, on this server, the query that reads the mark of a worker id on
-/// another node's copy: $1 the schema's name, $2 the shard's name, $3 the
+/// another node's copy: $1 the tables' schema's name, $2 the shard's name, $3 the
 /// worker id. Answers "mark,epoch", or "refused" when the relation it read
 /// is not the extension's copy (`REMOTE_MARK_REFUSED`).
 ///
@@ -629,10 +668,24 @@ pub const BUILD_REMOTE_MARK_READ: &str = "SELECT pg_catalog.format(\
 /// `BUILD_REMOTE_MARK_READ`'s answer when the copy is not the extension's.
 pub const REMOTE_MARK_REFUSED: &str = "refused";
 
-/// The arguments of `BUILD_REMOTE_RENEWAL`'s and `BUILD_REMOTE_MARK_READ`'s
-/// names: the schema's name and the shard's, as text.
-pub fn remote_names<'a>(s: &'a Schema, shard: &'a Shard) -> (&'a str, &'a str) {
-    (&s.name, &shard.relname)
+/// The names `BUILD_REMOTE_RENEWAL` and `BUILD_REMOTE_MARK_READ` take, as
+/// text (bound, never pasted).
+pub struct RemoteNames<'a> {
+    /// The extension's schema (its functions).
+    pub schema: &'a str,
+    /// The schema of its tables, and so of their shards.
+    pub tables_schema: &'a str,
+    /// The shard's relation name.
+    pub shard: &'a str,
+}
+
+/// The names of a remote renewal's or mark read's statement.
+pub fn remote_names<'a>(s: &'a Schema, shard: &'a Shard) -> RemoteNames<'a> {
+    RemoteNames {
+        schema: &s.name,
+        tables_schema: &s.tables_name,
+        shard: &shard.relname,
+    }
 }
 
 /// A statement built on the server (`BUILD_REMOTE_*`) from bound values.

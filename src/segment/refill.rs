@@ -208,7 +208,7 @@ pub(crate) fn reserve(
                 PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
                 format!(
                     "leaf_alloc is a Citus table but leaf_alloc_encoding is not, so a refill of tag \"{tag}\" cannot see \
-                     what the other nodes issued: run SELECT create_reference_table('leaf_alloc_encoding') on the coordinator"
+                     what the other nodes issued: run SELECT create_reference_table('leaf_id_catalog.leaf_alloc_encoding') on the coordinator"
                 ),
             ));
         }

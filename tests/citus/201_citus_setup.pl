@@ -20,9 +20,9 @@ my @nodes = ($coord, @workers);
 my $placements_sql = q{
 SELECT string_agg(n.nodeport || ':' || s.logicalrelid::regclass, ' ' ORDER BY n.nodeport, s.logicalrelid::regclass::text)
 FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid) JOIN pg_dist_shard s USING (shardid)
-WHERE s.logicalrelid IN ('leaf_alloc'::regclass, 'leaf_worker'::regclass)};
+WHERE s.logicalrelid IN ('leaf_id_catalog.leaf_alloc'::regclass, 'leaf_id_catalog.leaf_worker'::regclass)};
 my $want_placements = sub {
-	join ' ', map { my $p = $_->port; ("$p:leaf_alloc", "$p:leaf_worker") } sort { $a->port <=> $b->port } @_;
+	join ' ', map { my $p = $_->port; ("$p:leaf_id_catalog.leaf_alloc", "$p:leaf_id_catalog.leaf_worker") } sort { $a->port <=> $b->port } @_;
 };
 
 my $version = $nodes[0]->safe_psql('postgres',
@@ -34,15 +34,15 @@ for my $n (@nodes)
 	is( $n->safe_psql(
 			'postgres', q{
 SELECT string_agg(logicalrelid::regclass || ':' || partmethod::text || repmodel::text, ' ' ORDER BY logicalrelid::regclass::text)
-FROM pg_dist_partition WHERE logicalrelid IN ('leaf_alloc'::regclass, 'leaf_worker'::regclass)}),
-		'leaf_alloc:nt leaf_worker:nt',
+FROM pg_dist_partition WHERE logicalrelid IN ('leaf_id_catalog.leaf_alloc'::regclass, 'leaf_id_catalog.leaf_worker'::regclass)}),
+		'leaf_id_catalog.leaf_alloc:nt leaf_id_catalog.leaf_worker:nt',
 		$n->name . ': leaf_alloc and leaf_worker are reference tables (partmethod n, repmodel t)');
 }
 is($coord->safe_psql('postgres', $placements_sql), $want_placements->(@nodes),
 	'every node holds a copy of both shared tables');
 
 # a tag made on the coordinator serves every node, each from its own range
-$coord->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) VALUES ('order', 1000)});
+$coord->safe_psql('postgres', q{INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('order', 1000)});
 my %first;
 for my $n (@nodes)
 {
@@ -55,11 +55,11 @@ my @starts = sort { $a <=> $b } values %first;
 is_deeply(\@starts, [ 1, 5001, 10001 ],
 	'the three nodes drew from three different ranges (a segment of 1000 and a reserve of 4000 each)')
   or diag explain \%first;
-is($coord->safe_psql('postgres', q{SELECT max_id FROM leaf_alloc WHERE biz_tag = 'order'}),
+is($coord->safe_psql('postgres', q{SELECT max_id FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'order'}),
 	'15001', 'leaf_alloc recorded the three reservations');
 is( $coord->safe_psql(
 		'postgres', q{
-SELECT count(DISTINCT result) FROM run_command_on_placements('leaf_alloc',
+SELECT count(DISTINCT result) FROM run_command_on_placements('leaf_id_catalog.leaf_alloc',
   $$SELECT max_id FROM %s WHERE biz_tag = 'order'$$)}),
 	'1', 'every copy of leaf_alloc says the same max_id');
 
@@ -76,14 +76,14 @@ is($late->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extn
 is( $late->safe_psql(
 		'postgres', q{
 SELECT count(*) FROM pg_dist_partition
-WHERE logicalrelid IN ('leaf_alloc'::regclass, 'leaf_worker'::regclass) AND partmethod = 'n'}),
+WHERE logicalrelid IN ('leaf_id_catalog.leaf_alloc'::regclass, 'leaf_id_catalog.leaf_worker'::regclass) AND partmethod = 'n'}),
 	'2', 'the new node knows leaf_alloc and leaf_worker as reference tables');
 my $late_placements = $coord->safe_psql('postgres', $placements_sql);
 note "placements right after citus_add_node: $late_placements";
 my $late_id = $late->safe_psql('postgres', q{SELECT leaf_segment_next('order')});
 is($late_id, '15001', 'the new node draws from the next range of the shared tag');
 is(leaf_worker_id_of($late), '3', 'the new node claims the next free worker id, 3');
-is($coord->safe_psql('postgres', 'SELECT count(*), count(DISTINCT node_name) FROM leaf_worker'),
+is($coord->safe_psql('postgres', 'SELECT count(*), count(DISTINCT node_name) FROM leaf_id_catalog.leaf_worker'),
 	'4|4', 'the registry has one row per node');
 
 # Citus 13 does not copy reference tables to a node at citus_add_node; until
@@ -96,7 +96,7 @@ is($coord->safe_psql('postgres', $placements_sql), $want_placements->(@nodes, $l
 	'after replicate_reference_tables() it holds a copy of both');
 is( $coord->safe_psql(
 		'postgres', q{
-SELECT count(DISTINCT result) FROM run_command_on_placements('leaf_worker',
+SELECT count(DISTINCT result) FROM run_command_on_placements('leaf_id_catalog.leaf_worker',
   $$SELECT string_agg(worker_id || '=' || node_name, ',' ORDER BY worker_id) FROM %s$$)}),
 	'1', 'every copy of leaf_worker, the new one too, holds the same registry');
 $late->safe_psql('postgres', q{SELECT leaf_segment_next('order') FROM generate_series(1, 1000)});

@@ -32,7 +32,7 @@ is(scalar keys %node_of_wid, 3, 'each node has its own snowflake worker id (to t
 
 $coord->safe_psql(
 	'postgres', q{
-INSERT INTO leaf_alloc (biz_tag, step) VALUES ('probe', 1000000), ('order', 1000), ('order10', 10);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('probe', 1000000), ('order', 1000), ('order10', 10);
 CREATE TABLE probe (id bigint NOT NULL DEFAULT leaf_segment_next('probe'),
                     sf bigint NOT NULL DEFAULT leaf_snowflake_next(), via text, form text);
 CREATE TABLE orders (id bigint NOT NULL DEFAULT leaf_segment_next('order'),
@@ -173,7 +173,7 @@ SELECT count(*), coalesce(string_agg(DISTINCT nodes, ' '), '') FROM (
 	note "$t: IDs that occur more than once, and the worker ids of the nodes that drew them: $dups"
 	  if $dups !~ /^0\|/;
 	my $tag = $t eq 'orders' ? 'order' : 'order10';
-	my $max_id = $coord->safe_psql('postgres', "SELECT max_id FROM leaf_alloc WHERE biz_tag = '$tag'");
+	my $max_id = $coord->safe_psql('postgres', "SELECT max_id FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = '$tag'");
 	is( $coord->safe_psql('postgres', "SELECT max(id) < $max_id FROM $t"),
 		't', "$t: every ID is below the tag's max_id");
 }

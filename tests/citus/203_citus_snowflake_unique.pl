@@ -26,7 +26,7 @@ is(join(',', sort values %wid), '0,1,2', 'the three nodes claimed three differen
 for my $n (@nodes)
 {
 	my $me = $n->safe_psql('postgres', $name_sql);
-	is( $coord->safe_psql('postgres', "SELECT worker_id FROM leaf_worker WHERE node_name = '$me'"),
+	is( $coord->safe_psql('postgres', "SELECT worker_id FROM leaf_id_catalog.leaf_worker WHERE node_name = '$me'"),
 		$wid{ $n->name },
 		$n->name . ': the shared registry (read on the coordinator) has its row under its node name');
 	is($n->safe_psql('postgres', 'SELECT worker_id_source FROM leaf_snowflake_status'),
@@ -43,7 +43,7 @@ for my $n (@nodes)
 # issued_after_restart allows refusals meanwhile (58000).
 my $token_sql = sub {
 	my ($id) = @_;
-	return qq{SELECT string_agg(DISTINCT result, ',') FROM run_command_on_placements('leaf_worker',
+	return qq{SELECT string_agg(DISTINCT result, ',') FROM run_command_on_placements('leaf_id_catalog.leaf_worker',
 	  \$\$SELECT owner_token FROM %s WHERE worker_id = $id\$\$)};
 };
 my $w1_token = $coord->safe_psql('postgres', $token_sql->($wid{ $workers[1]->name }));
@@ -64,7 +64,7 @@ for my $n (@nodes)
 		$n->name . ' after a restart of the cluster', seconds => 15);
 	is($r->{last}{out}, $wid{ $n->name }, $n->name . ' keeps its worker id across a restart of the cluster');
 }
-is($coord->safe_psql('postgres', 'SELECT count(*) FROM leaf_worker'), '3',
+is($coord->safe_psql('postgres', 'SELECT count(*) FROM leaf_id_catalog.leaf_worker'), '3',
 	'the registry still has three rows');
 
 # 9 sessions at once, 3 per node, all IDs into one distributed table

@@ -31,7 +31,7 @@ my ($coord, @workers) = citus_cluster(
 	conf => "leaf_id.refill_timeout = 8000\n",
 	init => { allows_streaming => 1 });
 my ($w1, $w2) = @workers;
-$coord->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) VALUES ('copy', 10)});
+$coord->safe_psql('postgres', q{INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('copy', 10)});
 my %wid = map { $_->name => leaf_worker_id_of($_) } ($coord, $w1, $w2);
 
 # A copy of $orig: streaming standby or plain clone, on 127.0.0.2 with the
@@ -188,7 +188,7 @@ for (1 .. 100)
 }
 is($r->{out}, $wid{worker1}, 'worker1 restarted gets its own worker id back')
   or diag $r->{err}, "\n", $coord->safe_psql('postgres',
-	q{SELECT nodeport, result FROM run_command_on_placements('leaf_worker', $$SELECT string_agg(concat_ws('=', worker_id, owner_token, last_timestamp), ',' ORDER BY worker_id) FROM %s$$) ORDER BY nodeport}),
+	q{SELECT nodeport, result FROM run_command_on_placements('leaf_id_catalog.leaf_worker', $$SELECT string_agg(concat_ws('=', worker_id, owner_token, last_timestamp), ',' ORDER BY worker_id) FROM %s$$) ORDER BY nodeport}),
 	"\n", join("\n", map { $_->name . ': ' . $_->safe_psql('postgres', 'SELECT count(*) FROM pg_prepared_xacts') } ($coord, $w1, $w2));
 is(draw($w2, 'worker2', 'snowflake', 10)->{ret}, 0, 'worker2 still issues');
 

@@ -33,7 +33,7 @@ use SegmentTap qw(try_sql);
 # its two cached segments (210 tests the reserve)
 my ($coord, $w1, $w2) = citus_cluster(
 	conf => "leaf_id.refill_timeout = 3000\nleaf_id.max_step = 100\nleaf_id.citus_reserve = 0\n");
-$coord->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) VALUES ('dn', 10)});
+$coord->safe_psql('postgres', q{INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('dn', 10)});
 my %wid = map { $_->name => leaf_worker_id_of($_) } ($coord, $w1, $w2);
 my $w2port = $w2->port;
 
@@ -224,7 +224,7 @@ for my $t ('leaf_alloc', 'leaf_worker')
 {
 	my ($key, $cols) = $t eq 'leaf_alloc' ? ('biz_tag', 'biz_tag, max_id') : ('worker_id', 'worker_id, node_name, owner_token');
 	my $r = try_sql($coord, 'postgres',
-		qq{SELECT nodeport, result FROM run_command_on_placements('$t', \$\$SELECT string_agg(concat_ws('=', $cols), ',' ORDER BY $key) FROM %s\$\$) ORDER BY nodeport});
+		qq{SELECT nodeport, result FROM run_command_on_placements('leaf_id_catalog.$t', \$\$SELECT string_agg(concat_ws('=', $cols), ',' ORDER BY $key) FROM %s\$\$) ORDER BY nodeport});
 	note "$t placements: $r->{out} $r->{err}";
 	my %res = map { (split /\|/, $_, 2)[1] => 1 } split /\n/, $r->{out};
 	is(scalar(keys %res), 1, "every copy of $t says the same");

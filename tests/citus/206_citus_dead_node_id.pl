@@ -28,7 +28,7 @@ my %wid = map { $_->name => leaf_worker_id_of($_) } ($coord, $w1, $w2);
 is(join(',', map { $wid{ $_->name } } ($coord, $w1, $w2)), '0,1,2', 'coordinator, worker1 and worker2 hold worker ids 0, 1, 2');
 my $w2name = default_node_name($w2);
 my $w2port = $w2->port;
-my $row2_sql = q{SELECT node_name || ' ' || (owner_token IS NOT NULL) FROM leaf_worker WHERE worker_id = 2};
+my $row2_sql = q{SELECT node_name || ' ' || (owner_token IS NOT NULL) FROM leaf_id_catalog.leaf_worker WHERE worker_id = 2};
 
 # Try a snowflake ID on $node for up to $seconds: the worker ids of the IDs
 # it issued (one per try) and the refusals.

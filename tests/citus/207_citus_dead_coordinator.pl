@@ -31,7 +31,7 @@ use SegmentTap qw(try_sql);
 # its two cached segments (210 tests the reserve)
 my ($coord, $w1, $w2) = citus_cluster(
 	conf => "leaf_id.refill_timeout = 3000\nleaf_id.max_step = 100\nleaf_id.citus_reserve = 0\n");
-$coord->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) VALUES ('dc', 10)});
+$coord->safe_psql('postgres', q{INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('dc', 10)});
 my %wid = map { $_->name => leaf_worker_id_of($_) } ($coord, $w1, $w2);
 
 my %ids = (seg => {}, snow => {});

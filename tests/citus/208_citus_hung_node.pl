@@ -35,7 +35,7 @@ use SegmentTap qw(try_sql start_client finish_clients client_ids wait_until);
 # its two cached segments (210 tests the reserve)
 my ($coord, $w1, $w2) = citus_cluster(
 	conf => "leaf_id.refill_timeout = 3000\nleaf_id.max_step = 100\nleaf_id.citus_reserve = 0\n");
-$coord->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) VALUES ('dn', 10)});
+$coord->safe_psql('postgres', q{INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('dn', 10)});
 my %wid = map { $_->name => leaf_worker_id_of($_) } ($coord, $w1, $w2);
 my $w2port = $w2->port;
 
@@ -48,7 +48,7 @@ start_drawing($_->[0], "$_->[1]_seg", 'segment') for @survivors;
 sleep_full(2);
 
 # --- a refill of the coordinator waits on worker2 --------------------------------
-$coord->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) VALUES ('inflight', 10)});
+$coord->safe_psql('postgres', q{INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('inflight', 10)});
 my ($holder, $herr) = hold_shard_row($w2, 'leaf_alloc', q{biz_tag = 'inflight'});
 is($herr, '', "premise: a session on worker2 holds the row 'inflight' of its copy");
 my $inflight = start_client($coord, 'postgres', 'inflight',

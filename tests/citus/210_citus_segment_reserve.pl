@@ -36,7 +36,7 @@ use SegmentTap qw(try_sql wait_until);
 my $reserve_segments = $ENV{LEAF_ID_TEST_CITUS_RESERVE} // 30;
 my ($coord, $w1, $w2) = citus_cluster(
 	conf => "leaf_id.refill_timeout = 3000\nleaf_id.max_step = 100\nleaf_id.citus_reserve = $reserve_segments\n");
-$coord->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) VALUES ('dn', 10)});
+$coord->safe_psql('postgres', q{INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('dn', 10)});
 $_->safe_psql('postgres', DRAWLOG_SQL . 'CREATE TABLE extra_ids (id bigint);') for ($coord, $w1, $w2);
 my @survivors = ([ $coord, 'coord' ], [ $w1, 'w1' ]);
 
@@ -178,12 +178,12 @@ for my $s (@survivors)
 # --- a tag deleted and inserted again below a node's reserve ----------------------
 # (max_id = max(id) + 1): the node's next refill sees max_id below its
 # reservations and drops the tag's reserve, whose IDs others may now hand out
-$coord->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) VALUES ('rc', 10)});
+$coord->safe_psql('postgres', q{INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('rc', 10)});
 my $last_rc = $w1->safe_psql('postgres', q{SELECT max(leaf_segment_next('rc')) FROM generate_series(1, 50)});
 my $old_ranges = reserve_ranges($w1)->{rc} // [];
 cmp_ok(scalar @$old_ranges, '>', 0, "premise: worker1 keeps a reserve of tag 'rc'");
 $coord->safe_psql('postgres',
-	"DELETE FROM leaf_alloc WHERE biz_tag = 'rc'; INSERT INTO leaf_alloc (biz_tag, step, max_id) VALUES ('rc', 10, $last_rc + 1)");
+	"DELETE FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'rc'; INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, max_id) VALUES ('rc', 10, $last_rc + 1)");
 # through its cached segments to a refill
 $w1->safe_psql('postgres', q{SELECT count(leaf_segment_next('rc')) FROM generate_series(1, 300)});
 my $old_low = $old_ranges->[0][0];

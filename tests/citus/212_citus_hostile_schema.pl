@@ -20,7 +20,7 @@ my @nodes = ($coord, @workers);
 plant_mallory($_, 'SET citus.enable_ddl_propagation = off; ') for @nodes;
 
 my $tags = join ', ', map { "('" . ($_ =~ s/'/''/gr) . "', 5)" } HOSTILE_TAGS;
-$coord->safe_psql('postgres', "INSERT INTO leaf_alloc (biz_tag, step) VALUES $tags");
+$coord->safe_psql('postgres', "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES $tags");
 # both nodes hold a worker id before the first rename: renewals and claims
 # then run under each name
 is(join(',', sort map { leaf_worker_id_of($_) } @nodes), '0,1', 'two nodes, two worker ids');
@@ -42,7 +42,7 @@ my $qs = quote_ident($schema);
 for my $n (@nodes)
 {
 	is( $n->safe_psql('postgres',
-			"SELECT count(*) FROM $qs.leaf_worker WHERE heartbeat_at > now() - interval '5 s'"),
+			"SELECT count(*) FROM leaf_id_catalog.leaf_worker WHERE heartbeat_at > now() - interval '5 s'"),
 		'2', $n->name . ': its copy of leaf_worker has both nodes\' renewals');
 }
 done_testing();

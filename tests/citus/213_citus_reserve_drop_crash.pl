@@ -27,7 +27,7 @@ use SegmentTap qw(try_sql wait_until);
 
 my ($coord, $w1) = citus_cluster(workers => 1,
 	conf => "leaf_id.refill_timeout = 3000\nleaf_id.max_step = 10\nleaf_id.citus_reserve = 30\n");
-$coord->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) VALUES ('rc', 10)});
+$coord->safe_psql('postgres', q{INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('rc', 10)});
 
 sub reserve_ranges
 {
@@ -52,8 +52,8 @@ my $before = reserve_ranges($coord, 'rc');
 cmp_ok(scalar @$before, '>', 0, 'premise: the coordinator keeps a reserve of tag rc (' . scalar(@$before) . ' ranges)');
 
 $coord->safe_psql('postgres',
-	"DELETE FROM leaf_alloc WHERE biz_tag = 'rc'; INSERT INTO leaf_alloc (biz_tag, step) VALUES ('rc', 10);
-DELETE FROM leaf_alloc_encoding WHERE biz_tag = 'rc'");
+	"DELETE FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'rc'; INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('rc', 10);
+DELETE FROM leaf_id_catalog.leaf_alloc_encoding WHERE biz_tag = 'rc'");
 # worker1, which keeps no reserve, issues IDs of the re-created tag from 1
 # on, inside the coordinator's reserve, before the coordinator refills
 $w1->append_conf('postgresql.conf', "leaf_id.citus_reserve = 0\n");

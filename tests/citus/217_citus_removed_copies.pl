@@ -36,7 +36,7 @@ my $pins = $coord->safe_psql(
 	'postgres', q{
 SELECT string_agg(w.worker_id || ':' || pg_catalog.cardinality(w.copies) || ':'
                   || (w.holder_copy = n.groupid), ',' ORDER BY w.worker_id)
-FROM leaf_worker w
+FROM leaf_id_catalog.leaf_worker w
 JOIN pg_dist_node n ON n.noderole = 'primary'
 JOIN (VALUES } . join(', ', map { "($wid{$_->name}, " . $_->port . ')' } ($coord, $w1, $w2)) . q{) h(id, port)
   ON h.id = w.worker_id AND n.nodeport = h.port});
@@ -57,7 +57,7 @@ for my $w ($w1, $w2)
 is($coord->safe_psql('postgres', q{SELECT count(*) FROM pg_dist_node WHERE noderole = 'primary'}),
 	1, 'premise: the coordinator lists itself only');
 is( $w1->safe_psql('postgres',
-		q{SELECT count(*) FROM pg_dist_placement p JOIN pg_dist_shard s USING (shardid) WHERE s.logicalrelid = 'leaf_worker'::regclass}),
+		q{SELECT count(*) FROM pg_dist_placement p JOIN pg_dist_shard s USING (shardid) WHERE s.logicalrelid = 'leaf_id_catalog.leaf_worker'::regclass}),
 	3, 'premise: worker1 still lists three copies of leaf_worker');
 
 # --- the release is refused -----------------------------------------------------------
@@ -66,7 +66,7 @@ is($r->{sqlstate}, '55000', "the coordinator's release of worker1's id $id is re
   or diag $r->{err} . $r->{out};
 like($r->{err}, qr/cannot release snowflake worker id $id: the copies of leaf_worker that its holder's lease counts are not all on active nodes here/,
 	'saying why');
-is($coord->safe_psql('postgres', "SELECT node_name FROM leaf_worker WHERE worker_id = $id"),
+is($coord->safe_psql('postgres', "SELECT node_name FROM leaf_id_catalog.leaf_worker WHERE worker_id = $id"),
 	$w1->safe_psql('postgres', 'SELECT node_name FROM leaf_snowflake_status'),
 	"the row of id $id is worker1's still");
 

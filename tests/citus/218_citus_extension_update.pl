@@ -80,14 +80,14 @@ for my $from ('0.1.0', '0.2.0')
 		is($limit_cols, 4, $n->name . ': leaf_alloc and its shard both have the columns of 0.6.0');
 		is($n->safe_psql('postgres', q{
 	SET citus.override_table_visibility = off;
-	SELECT string_agg(DISTINCT opaque_check::text, ',') FROM leaf_alloc}), '0',
+	SELECT string_agg(DISTINCT opaque_check::text, ',') FROM leaf_id_catalog.leaf_alloc}), '0',
 			$n->name . ': the tags from before are recorded as plain');
 	}
 	# the documented step after the update: the domains become a reference table
 	$coord->safe_psql('postgres',
-		q{SELECT create_reference_table('leaf_opaque_domain'), create_reference_table('leaf_alloc_encoding')});
+		q{SELECT create_reference_table('leaf_id_catalog.leaf_opaque_domain'), create_reference_table('leaf_id_catalog.leaf_alloc_encoding')});
 	$coord->safe_psql('postgres', q{SELECT leaf_opaque_create('d');
-INSERT INTO leaf_alloc (biz_tag, step, opaque_domain, opaque_grant) VALUES ('o', 10, 'd', leaf_opaque_grant('d', 'o', 1))});
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, opaque_domain, opaque_grant) VALUES ('o', 10, 'd', leaf_opaque_grant('d', 'o', 1))});
 	for my $n ($coord, @workers)
 	{
 		my $r;
@@ -106,7 +106,7 @@ INSERT INTO leaf_alloc (biz_tag, step, opaque_domain, opaque_grant) VALUES ('o',
 	# node's worker by name; its max_value holds on every node
 	$coord->safe_psql('postgres', q{
 CREATE ROLE drawers; CREATE ROLE member; CREATE ROLE outsider; GRANT drawers TO member;
-INSERT INTO leaf_alloc (biz_tag, step, draw_role, max_value) VALUES ('r', 10, 'drawers', 1000)});
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, draw_role, max_value) VALUES ('r', 10, 'drawers', 1000)});
 	my @drawn;
 	for my $n ($coord, @workers)
 	{
@@ -124,7 +124,7 @@ INSERT INTO leaf_alloc (biz_tag, step, draw_role, max_value) VALUES ('r', 10, 'd
 	is(scalar(grep { $seen{$_}++ } @drawn), 0, 'no ID of the restricted tag twice across the nodes');
 	ok(!grep({ $_ > 1000 } @drawn), 'none above its max_value');
 	is( $coord->safe_psql('postgres',
-			'SELECT count(*) FROM leaf_worker WHERE pg_catalog.cardinality(copies) = 3 AND holder_copy IS NOT NULL'),
+			'SELECT count(*) FROM leaf_id_catalog.leaf_worker WHERE pg_catalog.cardinality(copies) = 3 AND holder_copy IS NOT NULL'),
 		3, "each node pinned the three copies in its row (from $from)");
 
 	$_->stop for (@workers, $coord);

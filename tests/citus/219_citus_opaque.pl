@@ -38,7 +38,7 @@ SELECT leaf_opaque_create('logged_domain', bits => 53);
 });
 is($ret, 0, 'leaf_opaque_create with Citus\' command logging on') or diag $err;
 like($err, qr/premise_literal_4711/, 'premise: the logging shows a reference table INSERT\'s literal');
-my $key = $coord->safe_psql('postgres', q{SELECT encode(key, 'hex') FROM leaf_opaque_domain WHERE name = 'logged_domain'});
+my $key = $coord->safe_psql('postgres', q{SELECT encode(key, 'hex') FROM leaf_id_catalog.leaf_opaque_domain WHERE name = 'logged_domain'});
 is(length($key), 32, 'premise: the new key (hex)');
 my $server_log = slurp_file($coord->logfile, $log_offset);
 ok($err !~ /\Q$key\E/i && $err !~ /\Q@{[substr($key, 0, 16)]}\E/i && $err !~ /\Q@{[substr($key, 16)]}\E/i,
@@ -61,11 +61,11 @@ is($again->{sqlstate}, '42710', 'creating it again: 42710 (the COPY to the nodes
   or diag $again->{err};
 is( $coord->safe_psql(
 		'postgres', q{
-SELECT count(DISTINCT result) || ':' || count(*) FROM run_command_on_placements('leaf_opaque_domain',
+SELECT count(DISTINCT result) || ':' || count(*) FROM run_command_on_placements('leaf_id_catalog.leaf_opaque_domain',
   $$SELECT md5(key) FROM %s WHERE name = 'shared_domain'$$)}),
 	'1:3', 'every node holds the same key (one copy per node)');
 $coord->safe_psql('postgres',
-	q{INSERT INTO leaf_alloc (biz_tag, step, opaque_domain, opaque_grant) VALUES ('opq', 50, 'shared_domain', leaf_opaque_grant('shared_domain', 'opq', 1))});
+	q{INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, opaque_domain, opaque_grant) VALUES ('opq', 50, 'shared_domain', leaf_opaque_grant('shared_domain', 'opq', 1))});
 
 my %ids;
 my @sessions = map {
@@ -97,11 +97,11 @@ is($decoded{ $_->name }, $decoded{ $coord->name }, $_->name . ' decodes every ID
 my @counters = split /,/, $decoded{ $coord->name };
 my %c;
 is(scalar(grep { $c{$_}++ } @counters), 0, 'the counters behind the IDs are distinct');
-my $max = $coord->safe_psql('postgres', q{SELECT max_id FROM leaf_alloc WHERE biz_tag = 'opq'});
+my $max = $coord->safe_psql('postgres', q{SELECT max_id FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'opq'});
 is(scalar(grep { $_ >= $max } @counters), 0, 'every counter is below leaf_alloc.max_id');
 is( $coord->safe_psql(
 		'postgres', q{
-SELECT count(DISTINCT result) FROM run_command_on_placements('leaf_alloc',
+SELECT count(DISTINCT result) FROM run_command_on_placements('leaf_id_catalog.leaf_alloc',
   $$SELECT opaque_check FROM %s WHERE biz_tag = 'opq'$$)}),
 	'1', 'every copy of the tag records the same encoding');
 

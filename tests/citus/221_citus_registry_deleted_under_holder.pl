@@ -47,7 +47,7 @@ ok(wait_until(20, sub { $count->($holder, 'true') > 200 && $count->($taker, 'tru
 # --- the holder's and the taker's rows deleted; the taker claims at once -------
 # (the third node keeps its row: it does not claim again, and cannot take
 # the holder's id first; the holder claims again without its lost id)
-$coord->safe_psql('postgres', "DELETE FROM leaf_worker WHERE worker_id IN ($x, $id{ $taker->name })");
+$coord->safe_psql('postgres', "DELETE FROM leaf_id_catalog.leaf_worker WHERE worker_id IN ($x, $id{ $taker->name })");
 my $t_delete = time;
 $taker->safe_psql('postgres', 'SELECT leaf_id_reset_cache()');
 ok( wait_until(20, sub { $taker->safe_psql('postgres', 'SELECT worker_id FROM leaf_snowflake_status') eq $x }),

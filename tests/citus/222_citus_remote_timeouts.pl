@@ -52,7 +52,7 @@ sub on_worker
 
 # --- A -------------------------------------------------------------------------
 # (the tags first: this test's own writes through Citus get no propagation)
-$coord->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) VALUES ('t', 10), ('u', 10)});
+$coord->safe_psql('postgres', q{INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('t', 10), ('u', 10)});
 for my $w (@workers)
 {
 	# (on that node only: not propagated to the others by Citus)

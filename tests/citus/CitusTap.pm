@@ -46,7 +46,7 @@ sub sleep_full
 # CREATE EXTENSION leaf_id: the two shared tables become reference tables
 # (a copy on every node, every write on all of them).
 use constant SHARE_TABLES_SQL =>
-  q{SELECT create_reference_table('leaf_opaque_domain'), create_reference_table('leaf_alloc'), create_reference_table('leaf_alloc_encoding'), create_reference_table('leaf_worker')};
+  q{SELECT create_reference_table('leaf_id_catalog.leaf_opaque_domain'), create_reference_table('leaf_id_catalog.leaf_alloc'), create_reference_table('leaf_id_catalog.leaf_alloc_encoding'), create_reference_table('leaf_id_catalog.leaf_worker')};
 
 # A started node with Citus and leaf_id preloaded, listening on 127.0.0.1
 # (besides its socket), CREATE EXTENSION citus done (Citus needs it on every
@@ -82,7 +82,8 @@ $extra
 # coordinator (Citus propagates it to the workers) and its two tables made
 # reference tables (SHARE_TABLES_SQL). $opt{workers}: how many workers
 # (default 2); $opt{conf}: more postgresql.conf lines for every node;
-# $opt{init}: a hash of options for every node's init.
+# $opt{init}: a hash of options for every node's init; $opt{version}: the
+# catalog version to create (its tables in public before 0.7.0).
 # Returns ($coordinator, @workers).
 sub citus_cluster
 {
@@ -94,8 +95,16 @@ sub citus_cluster
 	$coord->safe_psql('postgres',
 		"SELECT citus_set_coordinator_host('127.0.0.1', " . $coord->port . ')');
 	add_citus_node($coord, $_) for @workers;
-	$coord->safe_psql('postgres', 'CREATE EXTENSION leaf_id');
-	$coord->safe_psql('postgres', SHARE_TABLES_SQL);
+	if ($opt{version})
+	{
+		$coord->safe_psql('postgres', "CREATE EXTENSION leaf_id VERSION '$opt{version}'");
+		$coord->safe_psql('postgres', SHARE_TABLES_SQL =~ s/leaf_id_catalog\.//gr);
+	}
+	else
+	{
+		$coord->safe_psql('postgres', 'CREATE EXTENSION leaf_id');
+		$coord->safe_psql('postgres', SHARE_TABLES_SQL);
+	}
 	return ($coord, @workers);
 }
 
@@ -280,7 +289,8 @@ sub shard_of
 {
 	my ($node, $table) = @_;
 	return $node->safe_psql('postgres',
-		"SELECT shard_name('$table'::regclass, shardid) FROM pg_dist_shard WHERE logicalrelid = '$table'::regclass");
+		"SELECT shard_name(t, shardid) FROM pg_dist_shard, "
+		  . "COALESCE(to_regclass('leaf_id_catalog.$table'), to_regclass('public.$table')) AS t WHERE logicalrelid = t");
 }
 
 # A session on $node that holds the rows of its copy of $table matching

@@ -279,7 +279,7 @@ def main():
     first = wait_for("a leader", leader, 120)
     others = [n for n in NODES if n != first]
     sql(first, "CREATE EXTENSION leaf_id")
-    sql(first, "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('order', 1000)")
+    sql(first, "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('order', 1000)")
     wait_for("the standbys to stream", lambda: streaming(others), 120)
     slots = wait_for("the leader's member slots",
                      lambda: (lambda r: r if len(r) == 2 else None)(

@@ -16,7 +16,7 @@ my $node = leaf_node('rollback');
 
 $node->safe_psql(
 	'postgres', q{
-INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES
   ('rb', 100, 7), ('rb_multi', 1, 5), ('row', 1, 4), ('sub', 1, 3);
 });
 
@@ -33,7 +33,7 @@ is($rolled_back[0], 100, 'first ID of a new tag is its max_id');
 
 # the worker reserved those IDs in its own committed transaction
 my $max_id = $node->safe_psql('postgres',
-	"SELECT max_id FROM leaf_alloc WHERE biz_tag = 'rb'");
+	"SELECT max_id FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'rb'");
 cmp_ok($max_id, '>', max_of(@rolled_back),
 	'leaf_alloc.max_id is past every ID drawn in the rolled-back transaction'
 );

@@ -21,7 +21,7 @@ leaf_id.max_step = 50
 
 $node->safe_psql(
 	'postgres', q{
-INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('load', 1000, 7);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('load', 1000, 7);
 CREATE TABLE issued (id bigint NOT NULL, client text NOT NULL);
 });
 
@@ -39,7 +39,7 @@ sub table_ids
 sub max_id
 {
 	return $node->safe_psql('postgres',
-		"SELECT max_id FROM leaf_alloc WHERE biz_tag = 'load'");
+		"SELECT max_id FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'load'");
 }
 
 # One round: start the load, kill -9 the process $target->() names, let the

@@ -23,7 +23,7 @@ leaf_id.max_step = 60
 
 $node->safe_psql(
 	'postgres', q{
-INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('load', 1, 5), ('other', 5000, 3);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('load', 1, 5), ('other', 5000, 3);
 CREATE TABLE issued (id bigint NOT NULL, client text NOT NULL);
 });
 
@@ -40,7 +40,7 @@ sub max_id
 {
 	my ($tag) = @_;
 	return $node->safe_psql('postgres',
-		"SELECT max_id FROM leaf_alloc WHERE biz_tag = '$tag'");
+		"SELECT max_id FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = '$tag'");
 }
 
 my %other_before;

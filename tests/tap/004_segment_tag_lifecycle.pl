@@ -35,7 +35,7 @@ sub noticed_deleted
 }
 
 $node->safe_psql('postgres',
-	"INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('base', 1, 10)");
+	"INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('base', 1, 10)");
 my @base = draw_ids($node, 'postgres', 'base', 5);
 is_deeply(\@base, [ 1 .. 5 ], 'base tag gives 1..5; the worker runs');
 
@@ -43,7 +43,7 @@ is_deeply(\@base, [ 1 .. 5 ], 'base tag gives 1..5; the worker runs');
 # a tag inserted while the server runs works at once
 my $out = $node->safe_psql(
 	'postgres', q{
-INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('fresh', 777, 10);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('fresh', 777, 10);
 SELECT leaf_segment_next('fresh');
 });
 is($out, '777', 'a tag inserted while the server runs gives its max_id at once');
@@ -56,7 +56,7 @@ is($node->safe_psql('postgres', 'SHOW leaf_id.tag_resync_interval'),
 	'1h', 'resync switched off (1 hour) for this part');
 
 $node->safe_psql('postgres',
-	"INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('small', 100, 2)");
+	"INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('small', 100, 2)");
 my @small_before = draw_ids($node, 'postgres', 'small', 3);
 is_deeply(\@small_before, [ 100, 101, 102 ], 'small tag works');
 # let prefetching settle, then see how many IDs are still cached
@@ -73,7 +73,7 @@ my $cached = $node->safe_psql('postgres',
 );
 cmp_ok($cached, '>', 0, "small tag: $cached IDs cached");
 
-$node->safe_psql('postgres', "DELETE FROM leaf_alloc WHERE biz_tag = 'small'");
+$node->safe_psql('postgres', "DELETE FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'small'");
 my $t0 = time;
 my $r = try_sql($node, 'postgres',
 	"SELECT leaf_segment_next('small');\n" x ($cached + 20));
@@ -101,21 +101,21 @@ ok( wait_until(60,
 # with plenty of IDs cached (no refill can notice it). Until it reloads it
 # does not resync for an hour.
 $node->safe_psql('postgres',
-	"INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('probe', 1, 100000)");
+	"INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('probe', 1, 100000)");
 draw_ids($node, 'postgres', 'probe', 1);
-$node->safe_psql('postgres', "DELETE FROM leaf_alloc WHERE biz_tag = 'probe'");
+$node->safe_psql('postgres', "DELETE FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'probe'");
 ok( noticed_deleted('probe', 60),
 	'the worker reloaded: a resync noticed a deleted tag with IDs cached');
 
 # ---------------------------------------------------------------------------
 # deleted tag with plenty of IDs cached: fails after the resync interval
 $node->safe_psql('postgres',
-	"INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('big', 1000, 100000)"
+	"INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('big', 1000, 100000)"
 );
 my $s_big = session($node, 'postgres');
 my ($first_big) = session_query($s_big, "SELECT leaf_segment_next('big')");
 is($first_big, '1000', 'big tag works');
-$node->safe_psql('postgres', "DELETE FROM leaf_alloc WHERE biz_tag = 'big'");
+$node->safe_psql('postgres', "DELETE FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'big'");
 $t0 = time;
 my ($state, @big_after);
 while (time - $t0 < 15)
@@ -146,23 +146,23 @@ $s_big->quit;
 # (slots now: base and fresh live, two free; max_tags = 4)
 $node->safe_psql(
 	'postgres', q{
-INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('x', 5000, 1000), ('filler', 7000, 1000);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('x', 5000, 1000), ('filler', 7000, 1000);
 });
 my $s = session($node, 'postgres');
 my ($x1) = session_query($s, "SELECT leaf_segment_next('x')");
 is($x1, '5000', 'session S caches tag x');
 is_deeply([ draw_ids($node, 'postgres', 'filler', 1) ], [7000],
 	'tag filler takes the last free slot');
-$node->safe_psql('postgres', "DELETE FROM leaf_alloc WHERE biz_tag = 'x'");
+$node->safe_psql('postgres', "DELETE FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'x'");
 ok( noticed_deleted('x', 15),
 	'another session sees x deleted (42704); that frees the slot of x');
 $node->safe_psql('postgres',
-	"INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('y', 900000, 1000)");
+	"INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('y', 900000, 1000)");
 my @y_other = draw_ids($node, 'postgres', 'y', 3);
 is_deeply(\@y_other, [ 900000, 900001, 900002 ],
 	'tag y takes the only free slot (the one of x) and starts at its max_id');
 # free one more slot, so that S can look x up again
-$node->safe_psql('postgres', "DELETE FROM leaf_alloc WHERE biz_tag = 'filler'");
+$node->safe_psql('postgres', "DELETE FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'filler'");
 ok( noticed_deleted('filler', 15),
 	'filler deleted');
 my ($sx, $ex, $stx) = session_query($s, "SELECT leaf_segment_next('x')");
@@ -189,7 +189,7 @@ sub listed
 sub live_tags
 {
 	return map { $_ => 1 } split /\n/,
-	  $node->safe_psql('postgres', 'SELECT biz_tag FROM leaf_alloc');
+	  $node->safe_psql('postgres', 'SELECT biz_tag FROM leaf_id_catalog.leaf_alloc');
 }
 
 # every listed tag exists, or is shown as missing
@@ -209,7 +209,7 @@ ok(!grep({ $_ eq 'x' || $_ eq 'filler' } keys %{ { listed() } }),
 
 # ---------------------------------------------------------------------------
 # many tags come and go: slots are reused (max_tags = 4)
-$node->safe_psql('postgres', "DELETE FROM leaf_alloc WHERE biz_tag = 'y'");
+$node->safe_psql('postgres', "DELETE FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'y'");
 ok( noticed_deleted('y', 15),
 	'y deleted');
 listed_ok('after y');
@@ -218,7 +218,7 @@ for my $i (1 .. 8)
 	my $tag = "cycle$i";
 	my $start = 10_000 * $i;
 	$node->safe_psql('postgres',
-		"INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('$tag', $start, 1)"
+		"INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('$tag', $start, 1)"
 	);
 	my $got = try_sql($node, 'postgres',
 		"SELECT leaf_segment_next('$tag') FROM generate_series(1, 3)");
@@ -232,7 +232,7 @@ for my $i (1 .. 8)
 	  or diag explain \%status;
 	listed_ok($tag);
 
-	$node->safe_psql('postgres', "DELETE FROM leaf_alloc WHERE biz_tag = '$tag'");
+	$node->safe_psql('postgres', "DELETE FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = '$tag'");
 	# with step 1, its cached segments run out within a few calls
 	$got = try_sql($node, 'postgres',
 		"SELECT leaf_segment_next('$tag');\n" x 30);
@@ -246,7 +246,7 @@ for my $i (1 .. 8)
 # are all reused
 $node->safe_psql(
 	'postgres', q{
-INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('f1', 100, 5), ('f2', 200, 5), ('f3', 300, 5);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('f1', 100, 5), ('f2', 200, 5), ('f3', 300, 5);
 });
 is_deeply([ draw_ids($node, 'postgres', 'f1', 2) ], [ 100, 101 ], 'f1 gets a slot');
 is_deeply([ draw_ids($node, 'postgres', 'f2', 2) ], [ 200, 201 ],

@@ -24,7 +24,7 @@ leaf_id.tag_resync_interval = 1
 
 $node->safe_psql(
 	'postgres', q{
-INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES
   ('a', 1, 10), ('b', 100, 10), ('c', 1000, 10);
 });
 
@@ -40,7 +40,7 @@ like($r->{err}, qr/ERROR:\s+53400:[^\n]*leaf_id\.max_tags/,
 	'the error message itself names leaf_id.max_tags')
   or diag "error report:\n$r->{err}";
 is($r->{out}, '', 'no ID for the third tag');
-is($node->safe_psql('postgres', "SELECT max_id FROM leaf_alloc WHERE biz_tag = 'c'"),
+is($node->safe_psql('postgres', "SELECT max_id FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'c'"),
 	'1000', 'nothing was reserved for the third tag');
 
 # a session that keeps trying, and the cached tags meanwhile
@@ -56,13 +56,13 @@ is_deeply([ draw_ids($node, 'postgres', 'b', 2) ], [ 103, 104 ],
 $node->safe_psql('postgres', 'CREATE DATABASE other');
 $node->safe_psql('other', q{
 CREATE EXTENSION leaf_id;
-INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('a', 50000, 10);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('a', 50000, 10);
 });
 is(sqlstate_of($node, 'other', "SELECT leaf_segment_next('a')"),
 	'53400', 'a tag of another database finds the slots full too');
 
 # delete tag a: after the resync its slot is free again for c
-$node->safe_psql('postgres', "DELETE FROM leaf_alloc WHERE biz_tag = 'a'");
+$node->safe_psql('postgres', "DELETE FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'a'");
 ok( wait_until(
 		15,
 		sub {
@@ -84,14 +84,14 @@ $node->stop;
 # --- tags whose first refill fails do not keep the slots --------------------
 my $fail = leaf_node('slots_failing', "leaf_id.max_tags = 2\nleaf_id.max_tags_per_database = 2\n");
 $fail->safe_psql('postgres', q{
-INSERT INTO leaf_alloc (biz_tag, max_id, step)
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step)
   SELECT 'broken' || i, 1, 10 FROM generate_series(1, 5) i UNION ALL SELECT 'good', 1, 10;
 CREATE FUNCTION refuse_broken() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF NEW.biz_tag LIKE 'broken%' THEN RAISE EXCEPTION 'no refill for %', NEW.biz_tag; END IF;
   RETURN NEW;
 END $$;
-CREATE TRIGGER refuse_broken BEFORE UPDATE ON leaf_alloc FOR EACH ROW EXECUTE FUNCTION refuse_broken();
+CREATE TRIGGER refuse_broken BEFORE UPDATE ON leaf_id_catalog.leaf_alloc FOR EACH ROW EXECUTE FUNCTION refuse_broken();
 });
 my @states = map { sqlstate_of($fail, 'postgres', "SELECT leaf_segment_next('broken$_')") // 'none' } 1 .. 5;
 is_deeply(\@states, [ ('P0001') x 5 ],

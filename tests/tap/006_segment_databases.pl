@@ -19,9 +19,9 @@ my $BIG = 1_000_000_000_000;    # start of the second database's range
 $node->safe_psql('postgres', 'CREATE DATABASE second');
 $node->safe_psql('second', 'CREATE EXTENSION leaf_id');
 $node->safe_psql('postgres',
-	"INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('same', 1, 10)");
+	"INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('same', 1, 10)");
 $node->safe_psql('second',
-	"INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('same', $BIG, 10)");
+	"INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('same', $BIG, 10)");
 
 # interleaved, one session at a time
 my (@first, @second);
@@ -36,9 +36,9 @@ is_deeply(\@second, [ $BIG .. $BIG + 199 ],
 	'database 2: tag "same" gives its own range, untouched by database 1');
 
 my $max1 = $node->safe_psql('postgres',
-	"SELECT max_id FROM leaf_alloc WHERE biz_tag = 'same'");
+	"SELECT max_id FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'same'");
 my $max2 = $node->safe_psql('second',
-	"SELECT max_id FROM leaf_alloc WHERE biz_tag = 'same'");
+	"SELECT max_id FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'same'");
 ok($max1 > 200 && $max1 < $BIG, "database 1: max_id $max1 moved by its own refills only");
 ok($max2 > $BIG + 199, "database 2: max_id $max2 moved by its own refills");
 
@@ -85,7 +85,7 @@ ok(!grep({ $_ < $BIG + 200 } @c2),
 	'database 2: concurrent IDs are new and in its own range');
 
 # deleting the tag in database 1 leaves database 2 alone
-$node->safe_psql('postgres', "DELETE FROM leaf_alloc WHERE biz_tag = 'same'");
+$node->safe_psql('postgres', "DELETE FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'same'");
 ok( wait_until(
 		15,
 		sub {
@@ -101,7 +101,7 @@ is_deeply([ status_tags($node, 'second') ], ['same'],
 
 # re-creating it in database 1 starts at the new row's max_id
 $node->safe_psql('postgres',
-	"INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('same', 5000000, 10)");
+	"INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('same', 5000000, 10)");
 is_deeply([ draw_ids($node, 'postgres', 'same', 3) ],
 	[ 5000000, 5000001, 5000002 ], 'database 1: re-inserted tag starts at its max_id');
 

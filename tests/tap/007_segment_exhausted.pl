@@ -24,7 +24,7 @@ sub range_str { my ($from, $n) = @_; map { ($from + $_)->bstr } 0 .. $n - 1 }
 
 $node->safe_psql(
 	'postgres', qq{
-INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES
   ('end', @{[ ($MAX - 5)->bstr ]}, 3),
   ('full', @{[ $MAX->bstr ]}, 10),
   ('race', @{[ ($MAX - 1000)->bstr ]}, 7);
@@ -43,7 +43,7 @@ for my $i (1 .. 3)
 	is($r->{sqlstate}, '2200H', "exhausted tag: call $i in a new session fails with 2200H");
 	is($r->{out}, '', "exhausted tag: call $i gives no ID");
 }
-is($node->safe_psql('postgres', "SELECT max_id FROM leaf_alloc WHERE biz_tag = 'end'"),
+is($node->safe_psql('postgres', "SELECT max_id FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'end'"),
 	$MAX->bstr, 'leaf_alloc.max_id stopped at the largest bigint');
 
 # a tag that starts exhausted

@@ -23,7 +23,7 @@ leaf_id.refill_timeout = '20s'
 
 $node->safe_psql(
 	'postgres', q{
-INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('tiny', 1, 1), ('small', 1, 5);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('tiny', 1, 1), ('small', 1, 5);
 });
 
 my $per_statement = 5;
@@ -62,7 +62,7 @@ for my $round (1 .. 4)
 	  eq 't';
 	$terminated++;
 	$node->safe_psql('postgres',
-		"UPDATE leaf_alloc SET step = 1 + $round % 2 WHERE biz_tag = 'tiny'");
+		"UPDATE leaf_id_catalog.leaf_alloc SET step = 1 + $round % 2 WHERE biz_tag = 'tiny'");
 	# the clients still wait for IDs: a new worker must take over
 	ok( wait_until(
 			15,
@@ -94,7 +94,7 @@ is_deeply(\@ds, [], 'small: no ID handed out twice')
   or diag 'duplicated: ' . join(' ', @ds[ 0 .. ($#ds < 9 ? $#ds : 9) ]);
 
 my ($tiny_max) = $node->safe_psql('postgres',
-	"SELECT max_id FROM leaf_alloc WHERE biz_tag = 'tiny'");
+	"SELECT max_id FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'tiny'");
 cmp_ok($tiny_max, '>', max_of(@tiny), 'tiny: max_id is above every issued ID');
 my $refills = $node->safe_psql('postgres',
 	"SELECT refills FROM leaf_segment_status WHERE tag = 'tiny'");

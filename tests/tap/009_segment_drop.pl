@@ -23,7 +23,7 @@ leaf_id.tag_resync_interval = 1
 
 $node->safe_psql(
 	'postgres', q{
-INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('main', 1, 10), ('other', 1000, 10);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('main', 1, 10), ('other', 1000, 10);
 });
 is_deeply([ draw_ids($node, 'postgres', 'main', 2) ], [ 1, 2 ], 'postgres: tag main works');
 
@@ -35,7 +35,7 @@ sub fill_db
 	$node->safe_psql(
 		$db, q{
 CREATE EXTENSION leaf_id;
-INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('t', 100, 10);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('t', 100, 10);
 });
 	my $r = try_sql($node, $db, "SELECT leaf_segment_next('t')");
 	is($r->{out}, '100', "$db: tag t works") or diag $r->{err};
@@ -62,7 +62,7 @@ $node->safe_psql('d1', 'DROP EXTENSION leaf_id');
 other_works(1000, 'after DROP EXTENSION in d1, its tag slot is free again: other hands out 1000');
 
 # free the slot of "other" again (delete it, let a call see it gone)
-$node->safe_psql('postgres', "DELETE FROM leaf_alloc WHERE biz_tag = 'other'");
+$node->safe_psql('postgres', "DELETE FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'other'");
 ok( wait_until(
 		15,
 		sub {
@@ -71,7 +71,7 @@ ok( wait_until(
 		}),
 	'tag other deleted (slot freed)');
 $node->safe_psql('postgres',
-	"INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('other', 2000, 10)");
+	"INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('other', 2000, 10)");
 
 # --- DROP DATABASE gives the database's tag slots back
 fill_db('d2');

@@ -21,13 +21,13 @@ use Time::HiRes qw(usleep time);
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION leaf_id');
 	$node->safe_psql('postgres',
-		"INSERT INTO leaf_alloc (biz_tag, step) VALUES ('t', 10)");
+		"INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('t', 10)");
 	my $r = try_sql($node, 'postgres', "SELECT leaf_segment_next('t')");
 	is($r->{sqlstate}, '55000', 'not preloaded: segment call fails with 55000');
 	like($r->{err}, qr/shared_preload_libraries/, 'the message names shared_preload_libraries');
 	$r = try_sql($node, 'postgres', 'SELECT leaf_snowflake_next()');
 	is($r->{sqlstate}, '55000', 'not preloaded: snowflake call fails with 55000');
-	is($node->safe_psql('postgres', "SELECT max_id FROM leaf_alloc WHERE biz_tag = 't'"),
+	is($node->safe_psql('postgres', "SELECT max_id FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 't'"),
 		'1', 'nothing was reserved');
 	$node->stop;
 }
@@ -69,11 +69,11 @@ lc_messages = 'C'
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION leaf_id');
 	$node->safe_psql('postgres',
-		"INSERT INTO leaf_alloc (biz_tag, step) VALUES ('t', 10)");
+		"INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('t', 10)");
 	my $r = try_sql($node, 'postgres', "SELECT leaf_segment_next('t')");
 	is($r->{sqlstate}, '53400', 'no worker slot: 53400');
 	like($r->{err}, qr/max_worker_processes/, 'the hint names max_worker_processes');
-	is($node->safe_psql('postgres', "SELECT max_id FROM leaf_alloc WHERE biz_tag = 't'"),
+	is($node->safe_psql('postgres', "SELECT max_id FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 't'"),
 		'1', 'nothing was reserved');
 	$node->stop;
 }
@@ -83,9 +83,9 @@ lc_messages = 'C'
 {
 	my $node = leaf_node('refill_timeout');
 	$node->safe_psql('postgres',
-		"INSERT INTO leaf_alloc (biz_tag, step) VALUES ('locked', 10)");
+		"INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('locked', 10)");
 	my $holder = $node->background_psql('postgres');
-	$holder->query_safe("BEGIN; SELECT * FROM leaf_alloc WHERE biz_tag = 'locked' FOR UPDATE;");
+	$holder->query_safe("BEGIN; SELECT * FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'locked' FOR UPDATE;");
 	my $t0 = time;
 	my $r = try_sql($node, 'postgres',
 		"SET leaf_id.refill_timeout = '1s'; SELECT leaf_segment_next('locked');");
@@ -110,13 +110,13 @@ lc_messages = 'C'
 {
 	my $node = leaf_node('recreate');
 	$node->safe_psql('postgres',
-		"INSERT INTO leaf_alloc (biz_tag, step) VALUES ('r', 1000)");
+		"INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('r', 1000)");
 	my @old = draw_ids($node, 'postgres', 'r', 10);
 	my $sf_old = $node->safe_psql('postgres', 'SELECT leaf_snowflake_next()');
 	my $out = $node->safe_psql('postgres', qq{
 DROP EXTENSION leaf_id;
 CREATE EXTENSION leaf_id;
-INSERT INTO leaf_alloc (biz_tag, step) VALUES ('r', 1000);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('r', 1000);
 SELECT leaf_segment_next('r') FROM generate_series(1, 2000);
 });
 	my @new = split /\n/, $out;
@@ -133,7 +133,7 @@ SELECT leaf_segment_next('r') FROM generate_series(1, 2000);
 		usleep(100_000);
 	}
 	cmp_ok($sf_new, '>', $sf_old, 'snowflake goes on above the old IDs after re-creation');
-	is($node->safe_psql('postgres', 'SELECT count(*) FROM leaf_worker'), '1',
+	is($node->safe_psql('postgres', 'SELECT count(*) FROM leaf_id_catalog.leaf_worker'), '1',
 		'the worker id was claimed again in the new registry');
 	$node->stop;
 }
@@ -150,7 +150,7 @@ lc_messages = 'C'
 	$primary->start;
 	$primary->safe_psql('postgres', 'CREATE EXTENSION leaf_id');
 	$primary->safe_psql('postgres',
-		"INSERT INTO leaf_alloc (biz_tag, step) VALUES ('f', 100)");
+		"INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('f', 100)");
 	$primary->backup('b');
 	my $standby = PostgreSQL::Test::Cluster->new('standby');
 	$standby->init_from_backup($primary, 'b', has_streaming => 1);

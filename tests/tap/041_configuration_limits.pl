@@ -28,12 +28,12 @@ $node->start;
 $node->safe_psql('postgres', q{
 BEGIN;
 CREATE EXTENSION leaf_id;
-INSERT INTO leaf_worker (worker_id, node_name)
+INSERT INTO leaf_id_catalog.leaf_worker (worker_id, node_name)
   SELECT g, 'other-node-' || g FROM generate_series(0, 1023) g;
 COMMIT;
 });
 my $registry_sql = q{SELECT count(*), count(DISTINCT worker_id), min(worker_id), max(worker_id),
-  count(*) FILTER (WHERE node_name LIKE 'other-node-%') FROM leaf_worker};
+  count(*) FILTER (WHERE node_name LIKE 'other-node-%') FROM leaf_id_catalog.leaf_worker};
 is($node->safe_psql('postgres', $registry_sql), '1024|1024|0|1023|1024',
 	'premise: leaf_worker holds worker ids 0..1023, all of other nodes');
 
@@ -51,7 +51,7 @@ is($node->safe_psql('postgres', $registry_sql), '1024|1024|0|1023|1024',
 
 # the refusal was the registry's: once one id is released, the claim takes it
 $node->safe_psql('postgres',
-	q{UPDATE leaf_worker SET node_name = 'released:' || worker_id WHERE worker_id = 700});
+	q{UPDATE leaf_id_catalog.leaf_worker SET node_name = 'released:' || worker_id WHERE worker_id = 700});
 my $r = wait_for_number($node, 'postgres', 'SELECT leaf_snowflake_next()', 30);
 ok($r->{ok}, 'after worker id 700 is released, snowflake IDs are issued')
   or diag "psql exit $r->{ret}, stderr: $r->{err}";
@@ -64,7 +64,7 @@ for my $db ('d1', 'd2')
 	$node->safe_psql('postgres', "CREATE DATABASE $db");
 	$node->safe_psql($db, q{
 CREATE EXTENSION leaf_id;
-INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('t', 100, 10);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('t', 100, 10);
 });
 }
 $r = try_sql($node, 'd1', "SELECT leaf_segment_next('t')");
@@ -80,7 +80,7 @@ for my $call ("leaf_segment_next('t')", 'leaf_snowflake_next()')
 		"databases full: the message names leaf_id.max_databases");
 	is($r->{out}, '', "databases full: no ID for d2's $call");
 }
-is($node->safe_psql('d2', "SELECT max_id FROM leaf_alloc WHERE biz_tag = 't'"),
+is($node->safe_psql('d2', "SELECT max_id FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 't'"),
 	'100', 'databases full: nothing was reserved for d2');
 is($node->safe_psql('postgres',
 		"SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'leaf_id % worker' AND datname = 'd2'"),

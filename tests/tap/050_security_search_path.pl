@@ -21,7 +21,7 @@ $node->safe_psql(
 	'postgres', q{
 CREATE ROLE mallory LOGIN;
 GRANT CREATE ON SCHEMA public TO mallory;
-INSERT INTO leaf_alloc (biz_tag, step) VALUES ('sec_a', 10), ('sec_b', 10);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('sec_a', 10), ('sec_b', 10);
 });
 
 my $plant = q{
@@ -107,7 +107,7 @@ my $safe = 'SET default_transaction_read_only = off; SET statement_timeout = 0; 
 $node->safe_psql('postgres', $safe
 	. "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type LIKE 'leaf_id % worker'");
 $node->safe_psql('postgres',
-	$safe . "INSERT INTO public.leaf_alloc (biz_tag, step) VALUES ('sec_c', 10)");
+	$safe . "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('sec_c', 10)");
 my $r2 = try_sql(
 	$node, 'postgres', qq{
 $safe

@@ -59,7 +59,7 @@ is(status('worker_id'), '0', 'premise: the node claimed worker id 0');
 # 1. release the row with a mark 10 minutes ahead, then the worker restarts
 # and takes id 0 back in the same server lifetime
 $node->safe_psql('postgres',
-	"UPDATE leaf_worker SET node_name = 'released:0', last_timestamp = $now_ms + 600000 WHERE worker_id = 0"
+	"UPDATE leaf_id_catalog.leaf_worker SET node_name = 'released:0', last_timestamp = $now_ms + 600000 WHERE worker_id = 0"
 );
 terminate_worker();
 # the exiting worker's close matched no row (it was released): said, not ignored
@@ -73,7 +73,7 @@ is($r->{sqlstate}, '58000',
 like($r->{err}, BEHIND_MARK_RE, 'refused as behind the persisted mark');
 is($r->{out}, '', 'no ID below the mark');
 is( $node->safe_psql('postgres',
-		"SELECT worker_id FROM leaf_worker WHERE node_name = '"
+		"SELECT worker_id FROM leaf_id_catalog.leaf_worker WHERE node_name = '"
 		  . default_node_name($node) . "'"),
 	'0',
 	'premise: the node took id 0 back');
@@ -93,7 +93,7 @@ sub lease_within_row
 	my $lease = $node->safe_psql('postgres',
 		"SELECT (extract(epoch FROM persisted_mark) * 1000)::bigint FROM leaf_snowflake_status");
 	my $row = $node->safe_psql('postgres',
-		"SELECT last_timestamp FROM leaf_worker WHERE worker_id = (SELECT worker_id FROM leaf_snowflake_status)");
+		"SELECT last_timestamp FROM leaf_id_catalog.leaf_worker WHERE worker_id = (SELECT worker_id FROM leaf_snowflake_status)");
 	ok($lease ne '' && $row ne '' && $lease <= $row,
 		"$what: the lease ($lease) is not above the row's mark ($row)");
 }
@@ -110,13 +110,13 @@ lease_within_row('lease 60 s ahead');
 $node->safe_psql('postgres',
 	"ALTER SYSTEM SET leaf_id.lease_ahead = '2s'; SELECT pg_reload_conf()");
 my $lowered_at = $node->safe_psql('postgres',
-	"UPDATE leaf_worker SET last_timestamp = $now_ms WHERE worker_id = (SELECT worker_id FROM leaf_snowflake_status) RETURNING clock_timestamp()"
+	"UPDATE leaf_id_catalog.leaf_worker SET last_timestamp = $now_ms WHERE worker_id = (SELECT worker_id FROM leaf_snowflake_status) RETURNING clock_timestamp()"
 );
 ok( wait_until(
 		20,
 		sub {
 			$node->safe_psql('postgres',
-				"SELECT heartbeat_at > '$lowered_at' FROM leaf_worker WHERE worker_id = (SELECT worker_id FROM leaf_snowflake_status)"
+				"SELECT heartbeat_at > '$lowered_at' FROM leaf_id_catalog.leaf_worker WHERE worker_id = (SELECT worker_id FROM leaf_snowflake_status)"
 			) eq 't';
 		}),
 	'a renewal after the row was lowered');
@@ -139,7 +139,7 @@ for (1 .. 20)
 ok($ok, 'IDs go on after the rename (renewals use the claimed name)')
   or diag $r->{err};
 is( $node->safe_psql('postgres',
-		"SELECT count(*) FROM leaf_worker WHERE node_name = 'renamed' AND worker_id = (SELECT worker_id FROM leaf_snowflake_status)"),
+		"SELECT count(*) FROM leaf_id_catalog.leaf_worker WHERE node_name = 'renamed' AND worker_id = (SELECT worker_id FROM leaf_snowflake_status)"),
 	'1',
 	'the registry row is the renamed node');
 lease_within_row('after the rename');
@@ -152,7 +152,7 @@ $r = draw_one();
 is($node->safe_psql('postgres', "SELECT worker_id FROM leaf_snowflake_decode($r->{out})"),
 	'5', 'IDs carry worker id 5');
 is( $node->safe_psql('postgres',
-		"SELECT count(*) FROM leaf_worker WHERE node_name LIKE 'released:%' AND worker_id <> 0"),
+		"SELECT count(*) FROM leaf_id_catalog.leaf_worker WHERE node_name LIKE 'released:%' AND worker_id <> 0"),
 	'1',
 	'the id left behind is released with its mark');
 lease_within_row('after the move');

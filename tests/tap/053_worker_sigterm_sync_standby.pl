@@ -17,18 +17,18 @@ use Test::More;
 
 my $node = leaf_node('syncwait', "wal_level = replica\nmax_wal_senders = 4\n");
 $node->safe_psql('postgres',
-	"INSERT INTO leaf_alloc (biz_tag, step) VALUES ('before', 10)");
+	"INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('before', 10)");
 is($node->safe_psql('postgres', "SELECT leaf_segment_next('before')"), '1', 'the worker runs');
 
 # a synchronous standby that never comes, in force from the start (a reload
 # reaches commits only once the checkpointer has seen it)
 $node->safe_psql('postgres',
-	"INSERT INTO leaf_alloc (biz_tag, step) VALUES ('waits', 10);
+	"INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('waits', 10);
 	 ALTER SYSTEM SET synchronous_standby_names = 'nobody'");
 $node->restart;
 # a cancel of the worker's wait: the committed-here range is not used
 $node->safe_psql('postgres',
-	"SET synchronous_commit = local; INSERT INTO leaf_alloc (biz_tag, step) VALUES ('cancelled', 10)");
+	"SET synchronous_commit = local; INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('cancelled', 10)");
 my $caller = start_client($node, 'postgres', 'cancel_caller',
 	"SET leaf_id.refill_timeout = 60000;\nSELECT leaf_segment_next('cancelled');\n");
 ok( wait_until(
@@ -44,7 +44,7 @@ $node->safe_psql('postgres',
 ok( $node->wait_for_log(qr/wait for the synchronous standby was cancelled: its commit is not used/),
 	'the worker does not use the cancelled commit');
 my $reserved = $node->safe_psql('postgres',
-	"SELECT max_id FROM leaf_alloc WHERE biz_tag = 'cancelled'");
+	"SELECT max_id FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'cancelled'");
 is($reserved, '11', 'premise: the cancelled commit reserved [1, 11) here');
 # the standby requirement goes away: the worker's retry commits
 $node->safe_psql('postgres',
@@ -102,7 +102,7 @@ $node->adjust_conf('postgresql.auto.conf', 'synchronous_standby_names', "''");
 $node->start;
 # the cut-short commit is durable here: it reserved [1, 11) (read before any
 # refill of this lifetime); the first ID of the restarted server is above it
-is($node->safe_psql('postgres', "SELECT max_id FROM leaf_alloc WHERE biz_tag = 'waits'"),
+is($node->safe_psql('postgres', "SELECT max_id FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'waits'"),
 	'11', 'the commit cut short by the stop is durable: [1, 11) was reserved');
 my $first = $node->safe_psql('postgres', "SELECT leaf_segment_next('waits')");
 cmp_ok($first, '>=', 11,

@@ -14,7 +14,7 @@ use SegmentTap;
 use Test::More;
 
 my $node = leaf_node('batch', "leaf_id.max_step = 10\n");
-$node->safe_psql('postgres', "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('b', 10)");
+$node->safe_psql('postgres', "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('b', 10)");
 
 for my $mode (
 	[ 'segment', sub { "SELECT leaf_segment_next('b', $_[0]);\n" }, "SELECT leaf_segment_next('b');\n" ],

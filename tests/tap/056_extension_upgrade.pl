@@ -85,10 +85,16 @@ SELECT line FROM (
   FROM members m JOIN pg_proc p ON m.classid = 'pg_proc'::regclass AND p.oid = m.objid
   UNION ALL
   -- tables and views: kind, comment, privileges, view definition
-  SELECT 'relation ' || c.relname || ' kind=' || c.relkind::text || ' comment=' || coalesce(obj_description(c.oid, 'pg_class'), '-')
+  SELECT 'relation ' || c.relnamespace::regnamespace::text || '.' || c.relname || ' kind=' || c.relkind::text || ' comment=' || coalesce(obj_description(c.oid, 'pg_class'), '-')
          || ' acl=' || (SELECT string_agg(x::text, ',' ORDER BY x::text) FROM unnest(coalesce(c.relacl, acldefault('r', c.relowner))) x)
          || coalesce(' view=' || pg_get_viewdef(c.oid), '')
   FROM members m JOIN pg_class c ON m.classid = 'pg_class'::regclass AND c.oid = m.objid
+  UNION ALL
+  -- schemas (leaf_id_catalog: the tables'), with their privileges
+  SELECT 'schema ' || n.nspname || ' owner=' || n.nspowner::regrole::text
+         || ' comment=' || coalesce(obj_description(n.oid, 'pg_namespace'), '-')
+         || ' acl=' || (SELECT string_agg(x::text, ',' ORDER BY x::text) FROM unnest(coalesce(n.nspacl, acldefault('n', n.nspowner))) x)
+  FROM members m JOIN pg_namespace n ON m.classid = 'pg_namespace'::regclass AND n.oid = m.objid
   UNION ALL
   -- columns, in order
   SELECT 'column ' || c.relname || '.' || a.attnum || ' ' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
@@ -175,7 +181,7 @@ is($r->{out}, 't', 'leaf_segment_status() works on the 0.3.0 catalog') or diag $
 $node->safe_psql('from030', 'ALTER EXTENSION leaf_id UPDATE');
 is($node->safe_psql('from030', $describe), $fresh,
 	'the catalog updated from 0.3.0 equals a fresh install of ' . $version);
-is($node->safe_psql('from030', q{SELECT string_agg(biz_tag || '=' || opaque_check, ',' ORDER BY biz_tag) FROM leaf_alloc}),
+is($node->safe_psql('from030', q{SELECT string_agg(biz_tag || '=' || opaque_check, ',' ORDER BY biz_tag) FROM leaf_id_catalog.leaf_alloc}),
 	'u=0,unused=0', "the update records the tags of 0.3.0 as plain tags with IDs");
 $r = try_sql($node, 'from030',
 	"INSERT INTO ids SELECT 2, leaf_segment_next('u') FROM generate_series(1, 95); "
@@ -186,15 +192,66 @@ is( $node->safe_psql('from030',
 		  . 'AND (SELECT count(*) - count(DISTINCT id) FROM ids) = 0'),
 	't', 'segment IDs go on above those before, and no ID twice');
 $node->safe_psql('from030', q{SELECT leaf_opaque_create('d');
-UPDATE leaf_alloc SET opaque_domain = 'd' WHERE biz_tag = 'unused'});
+UPDATE leaf_id_catalog.leaf_alloc SET opaque_domain = 'd' WHERE biz_tag = 'unused'});
 $r = try_sql($node, 'from030', "SELECT leaf_segment_next('unused')");
 is($r->{sqlstate}, '55000', 'a tag of 0.3.0 made opaque is refused (its IDs may have been issued plain)')
   or diag $r->{err};
-$node->safe_psql('from030', q{INSERT INTO leaf_alloc (biz_tag, step, opaque_domain, opaque_grant) VALUES ('new', 10, 'd', leaf_opaque_grant('d', 'new', 1))});
+$node->safe_psql('from030', q{INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, opaque_domain, opaque_grant) VALUES ('new', 10, 'd', leaf_opaque_grant('d', 'new', 1))});
 $r = try_sql($node, 'from030', "SELECT count(DISTINCT leaf_segment_next('new')) FROM generate_series(1, 50)");
 is($r->{out}, '50', 'a new opaque tag works after the update') or diag $r->{err};
 
-# --- from 0.5.2 (the previous version): leaf_alloc.max_value and draw_role ----
+# --- from 0.6.0 (the previous version): the tables move to leaf_id_catalog ----
+# The 0.6.0 catalog is served whole (its tables in the extension's schema);
+# the update moves the five tables with their rows, constraints, comments and
+# the operator's grants into leaf_id_catalog, which PUBLIC may not use, and
+# re-creates the superusers' functions that name them.
+$node->safe_psql('postgres', 'CREATE DATABASE from060');
+$node->safe_psql('from060', q{
+CREATE EXTENSION leaf_id VERSION '0.6.0';
+SELECT leaf_opaque_create('d', 40);
+INSERT INTO leaf_alloc (biz_tag, step, max_value) VALUES ('u', 10, 100000);
+INSERT INTO leaf_alloc (biz_tag, step, opaque_domain, opaque_grant) VALUES ('o', 10, 'd', leaf_opaque_grant('d', 'o', 1));
+CREATE TABLE ids (phase int, id bigint);
+CREATE ROLE tagadmin060;
+GRANT INSERT, UPDATE ON leaf_alloc TO tagadmin060;
+});
+$r = try_sql($node, 'from060',
+	"INSERT INTO ids SELECT 1, leaf_segment_next('u') FROM generate_series(1, 95); "
+	  . "INSERT INTO ids SELECT 1, leaf_opaque_decode('d', leaf_segment_next('o')) + 1000000 FROM generate_series(1, 95); "
+	  . "INSERT INTO ids SELECT 1, leaf_snowflake_next() + 2000000 FROM generate_series(1, 50); "
+	  . "SELECT count(*) FROM ids");
+is($r->{out}, '240', 'both modes and an opaque tag work on the 0.6.0 catalog') or diag $r->{err};
+my $wid060 = $node->safe_psql('from060', 'SELECT worker_id FROM leaf_snowflake_status');
+$node->safe_psql('from060', 'ALTER EXTENSION leaf_id UPDATE');
+is( $node->safe_psql('from060',
+		q{SELECT string_agg(c.relnamespace::regnamespace || '.' || c.relname, ',' ORDER BY c.relname)
+		  FROM pg_class c WHERE c.relname IN ('leaf_alloc', 'leaf_worker', 'leaf_opaque_domain', 'leaf_alloc_encoding', 'leaf_alloc_tuning')}),
+	'leaf_id_catalog.leaf_alloc,leaf_id_catalog.leaf_alloc_encoding,leaf_id_catalog.leaf_alloc_tuning,leaf_id_catalog.leaf_opaque_domain,leaf_id_catalog.leaf_worker',
+	'the update from 0.6.0 moved the five tables into leaf_id_catalog (and left no copy behind)');
+is($node->safe_psql('from060', q{SELECT has_schema_privilege('public', 'leaf_id_catalog', 'USAGE')}),
+	'f', 'PUBLIC may not use leaf_id_catalog');
+is($node->safe_psql('from060', "SELECT has_table_privilege('tagadmin060', 'leaf_id_catalog.leaf_alloc', 'UPDATE')"),
+	't', "the operator's tag-admin grant on leaf_alloc moved with it");
+$node->safe_psql('from060', 'REVOKE INSERT, UPDATE ON leaf_id_catalog.leaf_alloc FROM tagadmin060');
+is($node->safe_psql('from060', $describe), $fresh,
+	'the catalog updated from 0.6.0 equals a fresh install of ' . $version);
+$r = try_sql($node, 'from060',
+	"INSERT INTO ids SELECT 2, leaf_segment_next('u') FROM generate_series(1, 95); "
+	  . "INSERT INTO ids SELECT 2, leaf_opaque_decode('d', leaf_segment_next('o')) + 1000000 FROM generate_series(1, 95); "
+	  . "INSERT INTO ids SELECT 2, leaf_snowflake_next() + 2000000 FROM generate_series(1, 50); "
+	  . "SELECT count(*) FROM ids");
+is($r->{out}, '480', 'plain, opaque and snowflake IDs after the update from 0.6.0') or diag $r->{err};
+is( $node->safe_psql('from060',
+		'SELECT (SELECT min(id) FROM ids WHERE phase = 2 AND id < 1000000) > (SELECT max(id) FROM ids WHERE phase = 1 AND id < 1000000) '
+		  . 'AND (SELECT min(id) FROM ids WHERE phase = 2 AND id BETWEEN 1000000 AND 2000000) > (SELECT max(id) FROM ids WHERE phase = 1 AND id BETWEEN 1000000 AND 2000000) '
+		  . 'AND (SELECT count(*) - count(DISTINCT id) FROM ids) = 0'),
+	't', 'after the update from 0.6.0 the tags go on above their counters, no ID twice');
+is($node->safe_psql('from060', q{SELECT max_value FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'u'}),
+	'100000', 'the rows moved with their values');
+is($node->safe_psql('from060', 'SELECT worker_id FROM leaf_snowflake_status'), $wid060,
+	'snowflake keeps its worker id across the update');
+
+# --- from 0.5.2: leaf_alloc.max_value and draw_role ----------------------------
 # The 0.5.2 catalog is served whole (its rows have no max_value or
 # draw_role: the library does not ask for them); the update adds both columns
 # (NULL: the tags go on as before), re-creates leaf_segment_adopt_sequence and
@@ -222,9 +279,9 @@ is( $node->safe_psql('from052',
 		"BEGIN; SET LOCAL citus.enable_ddl_propagation = on; ALTER EXTENSION leaf_id UPDATE; "
 		  . "SHOW citus.enable_ddl_propagation; COMMIT"),
 	'on', "the update puts the caller's citus.enable_ddl_propagation back");
-is($node->safe_psql('from052', "SELECT has_table_privilege('tagadmin052', 'leaf_alloc', 'UPDATE')"),
+is($node->safe_psql('from052', "SELECT has_table_privilege('tagadmin052', 'leaf_id_catalog.leaf_alloc', 'UPDATE')"),
 	't', "the operator's tag-admin grant on leaf_alloc survives the update");
-$node->safe_psql('from052', 'REVOKE INSERT, UPDATE ON leaf_alloc FROM tagadmin052');
+$node->safe_psql('from052', 'REVOKE INSERT, UPDATE ON leaf_id_catalog.leaf_alloc FROM tagadmin052');
 is($node->safe_psql('from052', $describe), $fresh,
 	'the catalog updated from 0.5.2 equals a fresh install of ' . $version);
 $r = try_sql($node, 'from052',
@@ -238,7 +295,7 @@ is( $node->safe_psql('from052',
 	't', 'after the update from 0.5.2 the plain and the opaque tag go on above their counters before');
 $node->safe_psql('from052', q{
 CREATE ROLE drawer052;
-UPDATE leaf_alloc SET max_value = 215, draw_role = 'drawer052' WHERE biz_tag = 'u';
+UPDATE leaf_id_catalog.leaf_alloc SET max_value = 215, draw_role = 'drawer052' WHERE biz_tag = 'u';
 SELECT leaf_id_reset_cache();
 });
 $r = try_sql($node, 'from052', "SET ROLE drawer052; SELECT count(*) FROM leaf_segment_next('u', 100)");
@@ -337,7 +394,7 @@ is($r->{sqlstate}, '55000', 'an opaque tag on the 0.4.0 catalog: refused with 55
 $node->safe_psql('from040', 'ALTER EXTENSION leaf_id UPDATE');
 is($node->safe_psql('from040', $describe), $fresh,
 	'the catalog updated from 0.4.0 equals a fresh install of ' . $version);
-is($node->safe_psql('from040', q{SELECT opaque_grant = leaf_opaque_grant('d', 'o', max_id) FROM leaf_alloc WHERE biz_tag = 'o'}),
+is($node->safe_psql('from040', q{SELECT opaque_grant = leaf_opaque_grant('d', 'o', max_id) FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'o'}),
 	't', 'the update gave the opaque tag of 0.4.0 the grant of its max_id');
 $r = try_sql($node, 'from040',
 	"INSERT INTO ids SELECT 2, leaf_segment_next('u') FROM generate_series(1, 95); "
@@ -372,7 +429,7 @@ like($uerr, qr/WARNING:  leaf_id: the opaque tags \{o,spy\} were not granted the
 $r = try_sql($node, 'from040admin', "SELECT leaf_segment_next('spy')");
 is($r->{sqlstate}, '42501', 'the planted row draws nothing (42501)') or diag $r->{err};
 $node->safe_psql('from040admin',
-	q{UPDATE leaf_alloc SET opaque_grant = leaf_opaque_grant(opaque_domain, biz_tag, max_id) WHERE biz_tag = 'o'});
+	q{UPDATE leaf_id_catalog.leaf_alloc SET opaque_grant = leaf_opaque_grant(opaque_domain, biz_tag, max_id) WHERE biz_tag = 'o'});
 $r = try_sql($node, 'from040admin', "SELECT count(DISTINCT leaf_segment_next('o')) FROM generate_series(1, 20)");
 is($r->{out}, '20', 'the tag a superuser granted after checking it works') or diag $r->{err};
 # writers no ACL of leaf_alloc shows: a member of pg_write_all_data, and a
@@ -406,7 +463,7 @@ RESET ROLE;
 
 # what the operator granted and revoked on 0.4.0 stays as it was
 is( $node->safe_psql('from040admin', q{SELECT
-  has_table_privilege('tag_admin_040', 'leaf_alloc', 'INSERT') AND has_table_privilege('tag_admin_040', 'leaf_alloc', 'UPDATE'),
+  has_table_privilege('tag_admin_040', 'leaf_id_catalog.leaf_alloc', 'INSERT') AND has_table_privilege('tag_admin_040', 'leaf_id_catalog.leaf_alloc', 'UPDATE'),
   has_function_privilege('support_040', 'leaf_opaque_decode(text, bigint)', 'EXECUTE'),
   has_function_privilege('support_040', 'leaf_segment_next(text)', 'EXECUTE')}),
 	't|t|f', 'the update keeps the operator\'s grants (tag admin, decoder) and her REVOKE from PUBLIC');
@@ -415,7 +472,7 @@ is( $node->safe_psql('from040admin', q{SELECT
 # them back as the scripts'; pg_dump left out what pg_init_privs had)
 my $dump = `pg_dump --schema-only -d '@{[$node->connstr('from040admin')]}' 2>&1`;
 my @acl_lines = grep { /^(GRANT|REVOKE)/ } split /\n/, $dump;
-ok( (grep { /^GRANT .*INSERT.* ON TABLE public\.leaf_alloc TO tag_admin_040;/ } @acl_lines)
+ok( (grep { /^GRANT .*INSERT.* ON TABLE leaf_id_catalog\.leaf_alloc TO tag_admin_040;/ } @acl_lines)
 	  && (grep { /^GRANT ALL ON FUNCTION public\.leaf_opaque_decode\(domain text, id bigint\) TO support_040;|^GRANT EXECUTE ON FUNCTION public\.leaf_opaque_decode\(.*\) TO support_040;/ } @acl_lines)
 	  && (grep { /^REVOKE .* ON FUNCTION public\.leaf_segment_next\(tag text\) FROM PUBLIC;|^REVOKE .*leaf_segment_next\(.*text\) FROM PUBLIC;/ } @acl_lines),
 	'pg_dump after the update has the operator\'s grants and her REVOKE (not taken for the scripts\')')
@@ -427,7 +484,7 @@ is( $node->safe_psql('from040admin', q{SELECT has_function_privilege('support_04
 
 # --- a catalog version the library does not serve -------------------------------
 $node->safe_psql('fresh', q{
-INSERT INTO leaf_alloc (biz_tag, step) VALUES ('v', 10);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('v', 10);
 UPDATE pg_extension SET extversion = '9.9.9' WHERE extname = 'leaf_id'});
 $r = try_sql($node, 'fresh', "SELECT leaf_segment_next('v')");
 is($r->{sqlstate}, '55000', 'an unknown catalog version is refused with 55000') or diag $r->{err};

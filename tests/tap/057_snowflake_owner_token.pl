@@ -39,7 +39,7 @@ my $epoch = LEAF_EPOCH_MS;
 sub row
 {
 	my ($cols) = @_;
-	return $node->safe_psql('postgres', "SELECT $cols FROM leaf_worker WHERE worker_id = 0");
+	return $node->safe_psql('postgres', "SELECT $cols FROM leaf_id_catalog.leaf_worker WHERE worker_id = 0");
 }
 
 sub draw
@@ -116,12 +116,12 @@ $node->safe_psql('postgres', "SELECT pg_terminate_backend($wpid)");
 ok(wait_until(20, sub { row('owner_token IS NULL') eq 't' }), 'premise: the worker let go of the row');
 my $other = $node->background_psql('postgres');
 $other->query_safe(
-	"UPDATE leaf_worker SET owner_token = 4242, last_timestamp = $now_ms + 3000 WHERE worker_id = 0");
+	"UPDATE leaf_id_catalog.leaf_worker SET owner_token = 4242, last_timestamp = $now_ms + 3000 WHERE worker_id = 0");
 my $renewer = IPC::Run::start(
 	[
 		'psql', '-XAtq', '-d', $node->connstr('postgres'), '-c',
 		"DO \$\$ BEGIN FOR i IN 1..27 LOOP
-		   UPDATE leaf_worker SET last_timestamp = $now_ms + 3000 WHERE worker_id = 0 AND owner_token = 4242;
+		   UPDATE leaf_id_catalog.leaf_worker SET last_timestamp = $now_ms + 3000 WHERE worker_id = 0 AND owner_token = 4242;
 		   COMMIT; PERFORM pg_sleep(0.3); END LOOP; END \$\$"
 	],
 	'>', \my $rout, '2>', \my $rerr);
@@ -168,12 +168,12 @@ my $load = IPC::Run::start(
 usleep(1_000_000);
 $node->safe_psql('postgres', qq{
 DO \$\$ DECLARE m bigint; BEGIN
-  UPDATE leaf_worker SET owner_token = 777 WHERE worker_id = 0 RETURNING last_timestamp INTO m;
+  UPDATE leaf_id_catalog.leaf_worker SET owner_token = 777 WHERE worker_id = 0 RETURNING last_timestamp INTO m;
   INSERT INTO holder VALUES (m, m);
   COMMIT;
   FOR i IN 1..13 LOOP
     PERFORM pg_sleep(0.3);
-    UPDATE leaf_worker SET last_timestamp = $now_ms + 3000 WHERE worker_id = 0 AND owner_token = 777
+    UPDATE leaf_id_catalog.leaf_worker SET last_timestamp = $now_ms + 3000 WHERE worker_id = 0 AND owner_token = 777
       RETURNING last_timestamp INTO m;
     UPDATE holder SET last_mark = m;
     COMMIT;

@@ -97,7 +97,7 @@ sub above
 $node->safe_psql('postgres', 'CREATE DATABASE app');
 $node->safe_psql('app', q{
 CREATE EXTENSION leaf_id;
-INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('t', 1, 100);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('t', 1, 100);
 CREATE TABLE ids (phase text, mode text, id bigint);
 });
 
@@ -106,13 +106,13 @@ draw('app', 'before', 500);
 my $wid = one('app', "SELECT worker_id FROM leaf_snowflake_status");
 is(sf_worker_ids('app', 'before'), $wid, "app issues snowflake IDs with worker id $wid");
 ok(worker_pid($node, 'app') ne '', 'the worker runs after the calls');
-my $lease = one('app', "SELECT last_timestamp FROM leaf_worker WHERE worker_id = $wid");
+my $lease = one('app', "SELECT last_timestamp FROM leaf_id_catalog.leaf_worker WHERE worker_id = $wid");
 ok(worker_gone('app'), 'idle for leaf_id.worker_idle_timeout, the worker leaves the database');
 ok($node->log_contains(qr/leaf_id \w+ worker for database \d+ leaves it: idle/),
 	'the server log says why');
 
 # it closed the generator as a clean shutdown does: the exact last millisecond
-my $mark = one('app', "SELECT last_timestamp FROM leaf_worker WHERE worker_id = $wid");
+my $mark = one('app', "SELECT last_timestamp FROM leaf_id_catalog.leaf_worker WHERE worker_id = $wid");
 my $last_ms = one('app',
 	"SELECT (max(id) >> 22) + " . LEAF_EPOCH_MS . " FROM ids WHERE mode = 'sf'");
 is($mark, $last_ms,
@@ -152,7 +152,7 @@ isnt($copy_wid, $wid,
 is(sf_worker_ids('app_renamed', 'source_after_copy'), $wid,
 	'the source keeps its worker id');
 is( one('app_copy',
-		"SELECT node_name FROM leaf_worker WHERE worker_id = $wid"),
+		"SELECT node_name FROM leaf_id_catalog.leaf_worker WHERE worker_id = $wid"),
 	"released:$wid",
 	"the copy's registry keeps the source's row, released (with its mark)");
 is(repeats('app_copy', $_), 0, "copy: no $_ ID repeated (also against the copied ones)")
@@ -218,7 +218,7 @@ is(scalar(grep { $before_sf{$_} } @sf), 0, 'nor one drawn before (snowflake)');
 $node->safe_psql('postgres', 'CREATE DATABASE stay');
 $node->safe_psql('stay', q{
 CREATE EXTENSION leaf_id;
-INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('t', 1, 100);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('t', 1, 100);
 CREATE TABLE ids (phase text, mode text, id bigint);
 });
 $node->safe_psql('postgres',
@@ -255,7 +255,7 @@ leaf_id.heartbeat_interval = 60000
 leaf_id.lease_ahead = 120000
 });
 $tight->safe_psql('postgres',
-	"INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('t', 1, 100)");
+	"INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('t', 1, 100)");
 $sql = '';
 for my $i (1 .. 20)
 {
@@ -293,7 +293,7 @@ ok(wait_until(20, sub { worker_pid($tight, 'postgres') eq '' }),
 my $before = $tight->safe_psql('postgres',
 	'SELECT max(leaf_snowflake_next()) FROM generate_series(1, 10)');
 my $locker = session($tight, 'postgres');
-session_query($locker, 'BEGIN; SELECT worker_id FROM leaf_worker FOR UPDATE;');
+session_query($locker, 'BEGIN; SELECT worker_id FROM leaf_id_catalog.leaf_worker FOR UPDATE;');
 ok(wait_until(20, sub { $worker_state->() eq 'Lock' }),
 	'the idle worker closed the generator and waits for the row lock to write its mark');
 my $waiter = start_client($tight, 'postgres', 'waiter',
@@ -333,7 +333,7 @@ log_min_messages = log
 leaf_id.test_fault_point = 'slow_worker_exit'
 });
 $one->safe_psql('postgres',
-	"INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('t', 1, 100), ('late', 1, 100)");
+	"INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('t', 1, 100), ('late', 1, 100)");
 my @early = split /\n/,
   $one->safe_psql('postgres', "SELECT leaf_segment_next('t') FROM generate_series(1, 50)");
 my $first_pid = worker_pid($one, 'postgres', 'segment');

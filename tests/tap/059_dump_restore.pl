@@ -37,7 +37,7 @@ my $src = leaf_node('dump_source');
 $src->safe_psql('postgres', 'CREATE DATABASE app');
 $src->safe_psql('app', q{
 CREATE EXTENSION leaf_id;
-INSERT INTO leaf_alloc (biz_tag, step) VALUES ('order', 1000), ('small', 10);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('order', 1000), ('small', 10);
 CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT leaf_segment_next('order'), item text);
 CREATE TABLE smalls (id bigint PRIMARY KEY DEFAULT leaf_segment_next('small'));
 CREATE TABLE events (id bigint PRIMARY KEY DEFAULT leaf_snowflake_next(), what text);
@@ -55,7 +55,7 @@ sub max_id
 {
 	my ($node, $db, $tag) = @_;
 	return $node->safe_psql($db,
-		"SELECT max_id FROM leaf_alloc WHERE biz_tag = '$tag'");
+		"SELECT max_id FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = '$tag'");
 }
 
 sub worker_id
@@ -140,7 +140,7 @@ my $new_flake = $new->safe_psql('app', q{INSERT INTO events (what) VALUES ('rest
 my $new_worker = worker_id($new, 'app');
 isnt($new_worker, $src_worker,
 	'the restored server claimed a worker id of its own, not the dumped server\'s');
-is( $new->safe_psql('app', "SELECT node_name FROM leaf_worker WHERE worker_id = $src_worker"),
+is( $new->safe_psql('app', "SELECT node_name FROM leaf_id_catalog.leaf_worker WHERE worker_id = $src_worker"),
 	$src_node,
 	'the dumped server\'s registry row is left as it was (its id stays taken)');
 is( $new->safe_psql('app',
@@ -155,7 +155,7 @@ cmp_ok(max_id($src, 'app', 'order'), '>', $dumped{order},
 	'premise: the source refilled after the dump');
 my $src_max_now = max_id($src, 'app', 'order');
 $new->safe_psql('app',
-	"UPDATE leaf_alloc SET max_id = GREATEST(max_id, $src_max_now) WHERE biz_tag = 'order'; SELECT leaf_id_reset_cache();"
+	"UPDATE leaf_id_catalog.leaf_alloc SET max_id = GREATEST(max_id, $src_max_now) WHERE biz_tag = 'order'; SELECT leaf_id_reset_cache();"
 );
 my $caught_up = draw($new, 'app', 'order', 50);
 cmp_ok(min_of(@{$caught_up}), '>', max_of(@{$later}),
@@ -169,13 +169,13 @@ $src->safe_psql('postgres', 'CREATE DATABASE app_copy');
 $src->command_ok([ 'pg_restore', '-d', $src->connstr('app_copy'), $dump ],
 	'pg_restore on the same server under a new name');
 is( $src->safe_psql('app_copy',
-		"SELECT node_name FROM leaf_worker WHERE worker_id = $src_worker"),
+		"SELECT node_name FROM leaf_id_catalog.leaf_worker WHERE worker_id = $src_worker"),
 	$src_node,
 	'premise: the copy\'s registry names this server for the id app uses');
 # the mark the copy restored for app's id: the dumped one, at or above every
 # snowflake ID app drew before the dump (nothing in the copy renews that row)
 my $copy_mark = $src->safe_psql('app_copy',
-	"SELECT last_timestamp FROM leaf_worker WHERE worker_id = $src_worker");
+	"SELECT last_timestamp FROM leaf_id_catalog.leaf_worker WHERE worker_id = $src_worker");
 cmp_ok($copy_mark, '>=', ($src_flake_max >> 22) + LEAF_EPOCH_MS,
 	'premise: the restored row\'s mark covers app\'s IDs before the dump');
 # the copy's row names this server for app's id: the copy's claim releases
@@ -186,10 +186,10 @@ ok($r->{ok}, 'the copy issues snowflake IDs');
 my $copy_worker = worker_id($src, 'app_copy');
 isnt($copy_worker, $src_worker, '... with another worker id than app');
 is(worker_id($src, 'app'), $src_worker, 'app kept its worker id');
-is( $src->safe_psql('app_copy', "SELECT node_name FROM leaf_worker WHERE worker_id = $src_worker"),
+is( $src->safe_psql('app_copy', "SELECT node_name FROM leaf_id_catalog.leaf_worker WHERE worker_id = $src_worker"),
 	"released:$src_worker", 'the copy released its row of app\'s id');
 is( $src->safe_psql('app_copy',
-		"SELECT last_timestamp FROM leaf_worker WHERE worker_id = $src_worker"),
+		"SELECT last_timestamp FROM leaf_id_catalog.leaf_worker WHERE worker_id = $src_worker"),
 	$copy_mark,
 	'... and the released row keeps its mark');
 # the documented step still works: a node name of its own for the copy
@@ -198,7 +198,7 @@ $src->safe_psql('postgres',
 # (before the new name takes effect, no row and no generator carry it: the
 # checks below can only pass after the rename)
 is( $src->safe_psql('app_copy',
-		q{SELECT count(*) FROM leaf_worker WHERE node_name = 'dump_source:app_copy'}),
+		q{SELECT count(*) FROM leaf_id_catalog.leaf_worker WHERE node_name = 'dump_source:app_copy'}),
 	'0', 'premise: no row of the copy\'s registry has the new node name yet');
 isnt($src->safe_psql('app_copy', 'SELECT node_name FROM leaf_snowflake_status'),
 	'dump_source:app_copy', 'premise: the copy\'s generator has another node name yet');
@@ -214,7 +214,7 @@ is($src->safe_psql('app_copy', 'SELECT node_name FROM leaf_snowflake_status'),
 	'dump_source:app_copy', '... under the new node name');
 my $renamed_worker = worker_id($src, 'app_copy');
 is( $src->safe_psql('app_copy',
-		q{SELECT worker_id FROM leaf_worker WHERE node_name = 'dump_source:app_copy'}),
+		q{SELECT worker_id FROM leaf_id_catalog.leaf_worker WHERE node_name = 'dump_source:app_copy'}),
 	$renamed_worker, '... with the id registered under it');
 is( $src->safe_psql('app_copy', "SELECT (leaf_snowflake_decode($r->{out})).worker_id"),
 	$renamed_worker, '... which its IDs carry');
@@ -235,7 +235,7 @@ is(max_id($src, 'app', 'order'), $dumped{order},
 );
 # the documented step: max_id from before the drop
 $src->safe_psql('app',
-	"UPDATE leaf_alloc SET max_id = GREATEST(max_id, $old_max) WHERE biz_tag = 'order'");
+	"UPDATE leaf_id_catalog.leaf_alloc SET max_id = GREATEST(max_id, $old_max) WHERE biz_tag = 'order'");
 my $again = draw($src, 'app', 'order', 50);
 cmp_ok(min_of(@{$again}), '>', max_of(@{$later}),
 	'with max_id carried over, IDs are above every ID of the old database');

@@ -79,7 +79,7 @@ cmp_ok($node->safe_psql('postgres', "SELECT count(*) FROM t_serial WHERE id >= $
 cmp_ok($node->safe_psql('postgres', "SELECT count(*) FROM t_identity WHERE id >= $first_identity"),
 	'>', 0, 't_identity: inserts after the switch drew from the tag');
 is( $node->safe_psql('postgres',
-		q{SELECT count(*) FROM t_serial WHERE id >= (SELECT max_id FROM leaf_alloc WHERE biz_tag = 't_serial')}),
+		q{SELECT count(*) FROM t_serial WHERE id >= (SELECT max_id FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 't_serial')}),
 	'0', 't_serial: every new key lies in a range the tag reserved');
 cmp_ok($node->safe_psql('postgres', "SELECT count(*) FROM t_flake WHERE id >= $smallest_flake"),
 	'>', 0, 't_flake: inserts after the switch got snowflake IDs');

@@ -35,13 +35,13 @@ sub tuned
 {
 	my ($tag) = @_;
 	return $node->safe_psql('postgres',
-		"SELECT tuned_step FROM leaf_alloc_tuning WHERE biz_tag = '$tag'");
+		"SELECT tuned_step FROM leaf_id_catalog.leaf_alloc_tuning WHERE biz_tag = '$tag'");
 }
 
 # ---------------------------------------------------------------------------
 # the tuned step
 $node->safe_psql('postgres', q{
-INSERT INTO leaf_alloc (biz_tag, step) VALUES ('busy', 10), ('capped', 10), ('floor', 500);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('busy', 10), ('capped', 10), ('floor', 500);
 });
 is(status_of('busy', 'count(*)'), '0', 'premise: busy is not cached yet');
 # segments used up at once: every refill doubles the step
@@ -60,7 +60,7 @@ cmp_ok($step, '>=', 160, "premise: the step of busy grew from 10 (to $step)");
 # set-ups for the bounds: a tuned step above leaf_id.max_step, one below the
 # row's step
 $node->safe_psql('postgres', q{
-INSERT INTO leaf_alloc_tuning (biz_tag, tuned_step) VALUES ('capped', 2000000), ('floor', 20);
+INSERT INTO leaf_id_catalog.leaf_alloc_tuning (biz_tag, tuned_step) VALUES ('capped', 2000000), ('floor', 20);
 });
 
 $node->restart;
@@ -74,7 +74,7 @@ is(status_of('floor', 'dynamic_step'), '500', '... never below the row\'s step')
 is(status_of('busy', 'table_step'), '10', 'the row\'s step is unchanged');
 
 # deleting the row starts the tag from its step again (after a restart)
-$node->safe_psql('postgres', q{DELETE FROM leaf_alloc_tuning WHERE biz_tag = 'busy'});
+$node->safe_psql('postgres', q{DELETE FROM leaf_id_catalog.leaf_alloc_tuning WHERE biz_tag = 'busy'});
 $node->restart;
 $node->safe_psql('postgres', q{SELECT leaf_segment_next('busy')});
 is(status_of('busy', 'dynamic_step'), '10', 'without its row the tag starts from its step');
@@ -151,11 +151,11 @@ ok( wait_until(
 my $r = wait_for_number($node, 'postgres',
 	'SET leaf_id.refill_timeout = 2000; SELECT leaf_snowflake_next()', 20);
 ok($r->{ok}, 'the released owner claims again and issues');
-is( $node->safe_psql('postgres', "SELECT node_name FROM leaf_worker WHERE worker_id = $wid"),
+is( $node->safe_psql('postgres', "SELECT node_name FROM leaf_id_catalog.leaf_worker WHERE worker_id = $wid"),
 	"released:$wid", '... leaving the released id to another node');
 my $new_wid = $node->safe_psql('postgres', 'SELECT worker_id FROM leaf_snowflake_status');
 isnt($new_wid, $wid, "... issuing with another id ($new_wid)");
-is( $node->safe_psql('postgres', "SELECT worker_id FROM leaf_worker WHERE node_name = '" . default_node_name($node) . "'"),
+is( $node->safe_psql('postgres', "SELECT worker_id FROM leaf_id_catalog.leaf_worker WHERE node_name = '" . default_node_name($node) . "'"),
 	$new_wid, '... which it claimed in the registry');
 my $last = max_of(@before, @issued);
 cmp_ok($r->{out}, '>', $last, '... above every ID issued before');

@@ -41,7 +41,7 @@ sub token_of
 	my ($node) = @_;
 	my $r = try_sql($node, 'postgres', 'SELECT leaf_snowflake_next()');
 	die "no snowflake ID on " . $node->name . ": $r->{err}" if $r->{ret} != 0;
-	return $node->safe_psql('postgres', 'SELECT owner_token FROM leaf_worker WHERE worker_id = 0');
+	return $node->safe_psql('postgres', 'SELECT owner_token FROM leaf_id_catalog.leaf_worker WHERE worker_id = 0');
 }
 
 my $token = token_of($orig);

@@ -18,7 +18,7 @@ use HostileNames;
 my $node = leaf_node('hostile', "leaf_id.tag_resync_interval = 1\nleaf_id.heartbeat_interval = 500\n");
 plant_mallory($node);
 my $tags = join ', ', map { "('" . ($_ =~ s/'/''/gr) . "', 5)" } HOSTILE_TAGS;
-$node->safe_psql('postgres', "INSERT INTO leaf_alloc (biz_tag, step) VALUES $tags");
+$node->safe_psql('postgres', "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES $tags");
 
 # the premise: pwn() run by a superuser is counted
 $node->safe_psql('postgres', 'SELECT mallory.pwn()');
@@ -39,18 +39,18 @@ for my $name (HOSTILE_SCHEMA_NAMES)
 	$schema = hostile_round(node => $node, from => $schema, to => $name, round => $round);
 }
 my $qs = quote_ident($schema);
-is( $node->safe_psql('postgres', "SELECT DISTINCT node_name FROM $qs.leaf_worker WHERE owner_token IS NOT NULL"),
+is( $node->safe_psql('postgres', "SELECT DISTINCT node_name FROM leaf_id_catalog.leaf_worker WHERE owner_token IS NOT NULL"),
 	q{n'$leaf_id$\x"y},
 	'the hostile node name is the claimed row\'s name');
 
 # A job's transaction locks the schema's name: a refill that takes 3 s (a
 # superuser's trigger on leaf_alloc sleeps) holds off mallory's rename.
 $node->safe_psql('postgres', qq{
-INSERT INTO $qs.leaf_alloc (biz_tag, step) VALUES ('slow', 1000000);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('slow', 1000000);
 CREATE SCHEMA ops;
 CREATE FUNCTION ops.slow() RETURNS trigger LANGUAGE plpgsql AS \$\$
 BEGIN IF NEW.biz_tag = 'slow' THEN PERFORM pg_catalog.pg_sleep(1.5); END IF; RETURN NEW; END \$\$;
-CREATE TRIGGER slow BEFORE UPDATE ON $qs.leaf_alloc FOR EACH ROW EXECUTE FUNCTION ops.slow();
+CREATE TRIGGER slow BEFORE UPDATE ON leaf_id_catalog.leaf_alloc FOR EACH ROW EXECUTE FUNCTION ops.slow();
 });
 my $draw = $node->background_psql('postgres');
 $draw->query_until(qr/started/, qq{\\echo started\nSELECT $qs.leaf_segment_next('slow');\n});
@@ -73,7 +73,7 @@ is($node->safe_psql('postgres', 'SELECT current_user'), 'mallory', 'premise: a n
 $node->safe_psql('postgres', q{SET ROLE NONE; SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type LIKE 'leaf_id % worker'});
 $node->poll_query_until('postgres', q{SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type LIKE 'leaf_id % worker'})
   or die 'the workers did not leave';
-$node->safe_psql('postgres', "SET ROLE NONE; INSERT INTO $qs.leaf_alloc (biz_tag, step) VALUES ('after_set_role', 5)");
+$node->safe_psql('postgres', "SET ROLE NONE; INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('after_set_role', 5)");
 my $r = try_sql($node, 'postgres', "SELECT $qs.leaf_segment_next('after_set_role'), $qs.leaf_snowflake_next() IS NOT NULL");
 is($r->{ret}, 0, 'with role = mallory set for the database, a refill and a claim by new workers work')
   or diag $r->{err};

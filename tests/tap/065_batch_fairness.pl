@@ -16,7 +16,7 @@ use SegmentTap;
 use SnowflakeTap qw(pgbench_command);
 
 my $node = leaf_node('batch_fair');
-$node->safe_psql('postgres', "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('fair', 100000)");
+$node->safe_psql('postgres', "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('fair', 100000)");
 
 # single calls' rate (tps) over 3 s
 sub single_rate

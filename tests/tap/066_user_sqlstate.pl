@@ -22,10 +22,10 @@ sub trigger_raising
 	my ($tag, $code) = @_;
 	$node->safe_psql(
 		'postgres', qq{
-INSERT INTO leaf_alloc (biz_tag, step) VALUES ('$tag', 10);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('$tag', 10);
 CREATE FUNCTION refuse_$tag() RETURNS trigger LANGUAGE plpgsql AS \$\$
 BEGIN RAISE EXCEPTION 'no refill for $tag today' USING ERRCODE = '$code'; END \$\$;
-CREATE TRIGGER refuse_$tag BEFORE UPDATE ON leaf_alloc FOR EACH ROW
+CREATE TRIGGER refuse_$tag BEFORE UPDATE ON leaf_id_catalog.leaf_alloc FOR EACH ROW
   WHEN (OLD.biz_tag = '$tag') EXECUTE FUNCTION refuse_$tag();
 });
 }
@@ -69,7 +69,7 @@ is(try_sql($node, 'postgres', "SELECT leaf_segment_next('internal')")->{sqlstate
 # a trigger that logs the error as a WARNING and rethrows it (a bare RAISE)
 $node->safe_psql(
 	'postgres', q{
-INSERT INTO leaf_alloc (biz_tag, step) VALUES ('rethrown', 10);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('rethrown', 10);
 CREATE FUNCTION refuse_rethrown() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   BEGIN
@@ -79,14 +79,14 @@ BEGIN
     RAISE;
   END;
 END $$;
-CREATE TRIGGER refuse_rethrown BEFORE UPDATE ON leaf_alloc FOR EACH ROW
+CREATE TRIGGER refuse_rethrown BEFORE UPDATE ON leaf_id_catalog.leaf_alloc FOR EACH ROW
   WHEN (OLD.biz_tag = 'rethrown') EXECUTE FUNCTION refuse_rethrown();
 });
 is(try_sql($node, 'postgres', "SELECT leaf_segment_next('rethrown')")->{sqlstate},
 	'LF003', 'an error logged as a WARNING and rethrown keeps its own code');
 
 # 4. without the trigger the tag is served from its start
-$node->safe_psql('postgres', 'DROP TRIGGER refuse_odd ON leaf_alloc');
+$node->safe_psql('postgres', 'DROP TRIGGER refuse_odd ON leaf_id_catalog.leaf_alloc');
 is(try_sql($node, 'postgres', "SELECT leaf_segment_next('odd')")->{out},
 	'1', 'without the trigger the tag starts at 1');
 
@@ -95,14 +95,14 @@ $node->safe_psql(
 	'postgres', q{
 CREATE FUNCTION refuse_claim() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN RAISE EXCEPTION 'no worker ids today' USING ERRCODE = 'LF002'; END $$;
-CREATE TRIGGER refuse_claim BEFORE INSERT OR UPDATE ON leaf_worker
+CREATE TRIGGER refuse_claim BEFORE INSERT OR UPDATE ON leaf_id_catalog.leaf_worker
   FOR EACH ROW EXECUTE FUNCTION refuse_claim();
 });
 $r = try_sql($node, 'postgres', 'SELECT leaf_snowflake_next()');
 is($r->{sqlstate}, 'LF002', "snowflake: the trigger's own SQLSTATE reaches the caller")
   or diag $r->{err};
 like($r->{err}, qr/no worker ids today/, 'with its message');
-$node->safe_psql('postgres', 'DROP TRIGGER refuse_claim ON leaf_worker');
+$node->safe_psql('postgres', 'DROP TRIGGER refuse_claim ON leaf_id_catalog.leaf_worker');
 my $ok = wait_until(
 	20,
 	sub {

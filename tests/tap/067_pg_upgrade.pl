@@ -21,7 +21,7 @@ my $conf = "leaf_id.node_name = 'upgraded-node'\n";
 my $old = leaf_node('old', $conf);
 $old->safe_psql(
 	'postgres', q{
-INSERT INTO leaf_alloc (biz_tag, step) VALUES ('order', 100);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('order', 100);
 CREATE TABLE ids (phase int, kind text, id bigint);
 INSERT INTO ids SELECT 1, 'segment', leaf_segment_next('order') FROM generate_series(1, 250);
 INSERT INTO ids SELECT 1, 'snowflake', leaf_snowflake_next() FROM generate_series(1, 2000);

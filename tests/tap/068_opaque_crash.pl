@@ -25,11 +25,11 @@ leaf_id.max_step = 40
 $node->safe_psql(
 	'postgres', q{
 SELECT leaf_opaque_create('crash_domain', bits => 40);
-INSERT INTO leaf_alloc (biz_tag, max_id, step, opaque_domain, opaque_grant) VALUES ('opq', 1, 7, 'crash_domain', leaf_opaque_grant('crash_domain', 'opq', 1));
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step, opaque_domain, opaque_grant) VALUES ('opq', 1, 7, 'crash_domain', leaf_opaque_grant('crash_domain', 'opq', 1));
 });
 
 my $max_id = sub {
-	$node->safe_psql('postgres', "SELECT max_id FROM leaf_alloc WHERE biz_tag = 'opq'");
+	$node->safe_psql('postgres', "SELECT max_id FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'opq'");
 };
 # counters of IDs: one query for many
 my $decode = sub {

@@ -18,11 +18,11 @@ $src->safe_psql('app', q{
 CREATE EXTENSION leaf_id;
 SELECT leaf_opaque_create('public_order', bits => 53);
 SELECT leaf_opaque_create('unused', bits => 63);
-INSERT INTO leaf_alloc (biz_tag, step, opaque_domain, opaque_grant) VALUES ('order', 100, 'public_order', leaf_opaque_grant('public_order', 'order', 1));
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, opaque_domain, opaque_grant) VALUES ('order', 100, 'public_order', leaf_opaque_grant('public_order', 'order', 1));
 CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT leaf_segment_next('order'), item text);
 INSERT INTO orders (item) SELECT 'o' FROM generate_series(1, 1000);
 });
-my $fingerprint = q{SELECT string_agg(name || ':' || bits || ':' || md5(key), ',' ORDER BY name) FROM leaf_opaque_domain};
+my $fingerprint = q{SELECT string_agg(name || ':' || bits || ':' || md5(key), ',' ORDER BY name) FROM leaf_id_catalog.leaf_opaque_domain};
 my $decoded = q{SELECT string_agg(leaf_opaque_decode('public_order', id)::text, ',' ORDER BY id) FROM orders};
 my %src = (
 	keys => $src->safe_psql('app', $fingerprint),
@@ -37,7 +37,7 @@ my $new = leaf_node('opaque_dump_restore');
 $new->safe_psql('postgres', 'CREATE DATABASE app');
 $new->command_ok([ 'pg_restore', '-d', $new->connstr('app'), $dump ], 'pg_restore into a fresh cluster');
 is($new->safe_psql('app', $fingerprint), $src{keys}, 'every domain is restored with its width and key');
-is($new->safe_psql('app', q{SELECT opaque_domain FROM leaf_alloc WHERE biz_tag = 'order'}),
+is($new->safe_psql('app', q{SELECT opaque_domain FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'order'}),
 	'public_order', "the tag's domain is restored");
 is($new->safe_psql('app', $decoded), $src{decoded}, 'every ID decodes to the same counter after the restore');
 is($new->safe_psql('app', q{SELECT count(*) FROM orders WHERE leaf_opaque_encode('public_order', leaf_opaque_decode('public_order', id)) <> id}),

@@ -30,8 +30,8 @@ log_error_verbosity = verbose
 });
 my $setup = q{
 SELECT leaf_opaque_create('runs_domain', bits => 40);
-INSERT INTO leaf_alloc (biz_tag, max_id, step, opaque_domain, opaque_grant) VALUES ('opq', 1, 1000, 'runs_domain', leaf_opaque_grant('runs_domain', 'opq', 1));
-INSERT INTO leaf_alloc (biz_tag, max_id, step, opaque_domain, opaque_grant) VALUES ('opq2', 1, 1000, 'runs_domain', leaf_opaque_grant('runs_domain', 'opq2', 1));
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step, opaque_domain, opaque_grant) VALUES ('opq', 1, 1000, 'runs_domain', leaf_opaque_grant('runs_domain', 'opq', 1));
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step, opaque_domain, opaque_grant) VALUES ('opq2', 1, 1000, 'runs_domain', leaf_opaque_grant('runs_domain', 'opq2', 1));
 };
 $node->safe_psql('postgres', $setup);
 
@@ -141,15 +141,15 @@ $sa->quit;
 # and an encoding change refused by the worker included
 $node->safe_psql(
 	'postgres', q{
-INSERT INTO leaf_alloc (biz_tag, step, opaque_domain, opaque_grant) VALUES ('rekeyed', 10, 'runs_domain', leaf_opaque_grant('runs_domain', 'rekeyed', 1));
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, opaque_domain, opaque_grant) VALUES ('rekeyed', 10, 'runs_domain', leaf_opaque_grant('runs_domain', 'rekeyed', 1));
 SELECT leaf_segment_next('rekeyed');
 });
 my @keys = split /\n/,
-  $node->safe_psql('postgres', "SELECT encode(key, 'hex') FROM leaf_opaque_domain");
+  $node->safe_psql('postgres', "SELECT encode(key, 'hex') FROM leaf_id_catalog.leaf_opaque_domain");
 $node->safe_psql('postgres',
-	"UPDATE leaf_opaque_domain SET key = leaf_id_random_key() WHERE name = 'runs_domain'");
+	"UPDATE leaf_id_catalog.leaf_opaque_domain SET key = leaf_id_random_key() WHERE name = 'runs_domain'");
 push @keys, split /\n/,
-  $node->safe_psql('postgres', "SELECT encode(key, 'hex') FROM leaf_opaque_domain");
+  $node->safe_psql('postgres', "SELECT encode(key, 'hex') FROM leaf_id_catalog.leaf_opaque_domain");
 for my $sql (
 	"SELECT count(leaf_segment_next('rekeyed')) FROM generate_series(1, 50)",
 	"SELECT leaf_opaque_encode('runs_domain', -1)",

@@ -41,9 +41,10 @@ CREATE ROLE app LOGIN;
 CREATE ROLE decoder LOGIN;
 CREATE ROLE tagadmin LOGIN;
 GRANT EXECUTE ON FUNCTION leaf_opaque_encode(text, bigint), leaf_opaque_decode(text, bigint) TO app, decoder;
-GRANT SELECT, INSERT, UPDATE ON leaf_alloc TO tagadmin;
+GRANT USAGE ON SCHEMA leaf_id_catalog TO tagadmin;
+GRANT SELECT, INSERT, UPDATE ON leaf_id_catalog.leaf_alloc TO tagadmin;
 SELECT leaf_opaque_create('d', 40);
-INSERT INTO leaf_alloc (biz_tag, step, opaque_domain, opaque_grant)
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, opaque_domain, opaque_grant)
 VALUES ('order', 100, 'd', leaf_opaque_grant('d', 'order', 1));
 CREATE TABLE t (id bigserial PRIMARY KEY, v int);
 INSERT INTO t (v) SELECT g FROM generate_series(1, 5) g;
@@ -83,7 +84,7 @@ my $tables = join "\n", map {
 SELECT format('CREATE TABLE public.%I (%s);', c.relname,
               string_agg(format('%I %s', a.attname, format_type(a.atttypid, a.atttypmod)), ', ' ORDER BY a.attnum))
   FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
- WHERE c.oid = 'public.$_'::regclass GROUP BY c.relname})
+ WHERE c.oid = 'leaf_id_catalog.$_'::regclass GROUP BY c.relname})
 	  . "CREATE TRIGGER pwn BEFORE INSERT OR UPDATE OR DELETE ON public.$_ FOR EACH ROW EXECUTE FUNCTION mallory.pwn_trigger();"
 } @tables;
 $r = try_sql($node, 'postgres', qq{
@@ -99,7 +100,7 @@ is($r->{ret}, 0, 'mallory renamed public to real and planted look-alikes of ever
   or diag $r->{err};
 # the look-alikes get the real rows (copied by a superuser, triggers off)
 $node->safe_psql('postgres', "SET session_replication_role = replica;\n"
-	  . join("\n", map { "INSERT INTO public.$_ SELECT * FROM real.$_;" } @tables));
+	  . join("\n", map { "INSERT INTO public.$_ SELECT * FROM leaf_id_catalog.$_;" } @tables));
 is($node->safe_psql('postgres', 'SELECT count(*) FROM public.leaf_opaque_domain'), '1',
 	'premise: the look-alike key table has the domains');
 is(superuser_runs($node), '0,f', 'premise: planting ran nothing of mallory\'s as a superuser');
@@ -192,15 +193,15 @@ is($node->safe_psql('own', q{SELECT CASE WHEN is_called THEN last_value ELSE 0 E
 # --- 2. the tag admin's probes -------------------------------------------------
 my @victim = split /\n/, $node->safe_psql('postgres',
 	q{SELECT leaf_segment_next('order') FROM generate_series(1, 500)});
-my $victim_grant = $node->safe_psql('postgres', q{SELECT opaque_grant FROM leaf_alloc WHERE biz_tag = 'order'});
+my $victim_grant = $node->safe_psql('postgres', q{SELECT opaque_grant FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'order'});
 my %probe = (
 	'a new tag with the victim\'s domain (insert)' =>
-	  q{INSERT INTO leaf_alloc (biz_tag, max_id, step, opaque_domain) VALUES ('probe1', 1, 1000, 'd')},
+	  q{INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step, opaque_domain) VALUES ('probe1', 1, 1000, 'd')},
 	'a new tag with a copied grant (insert)' =>
-	  qq{INSERT INTO leaf_alloc (biz_tag, max_id, step, opaque_domain, opaque_grant) VALUES ('probe2', 1, 1000, 'd', $victim_grant)},
+	  qq{INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step, opaque_domain, opaque_grant) VALUES ('probe2', 1, 1000, 'd', $victim_grant)},
 	'a plain tag switched to the domain (update)' =>
-	  q{INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('probe3', 1, 1000);
-	    UPDATE leaf_alloc SET opaque_domain = 'd' WHERE biz_tag = 'probe3'},
+	  q{INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('probe3', 1, 1000);
+	    UPDATE leaf_id_catalog.leaf_alloc SET opaque_domain = 'd' WHERE biz_tag = 'probe3'},
 );
 for my $what (sort keys %probe)
 {
@@ -214,7 +215,7 @@ $r = try_sql($node, 'postgres', q{SET ROLE tagadmin; SELECT leaf_opaque_grant('d
 is($r->{sqlstate}, '42501', 'tag admin: leaf_opaque_grant() is refused (42501)') or diag $r->{err};
 # the victim's own max_id moved back, across a restart (no reserved range
 # of this lifetime protects it then)
-$node->safe_psql('postgres', q{SET ROLE tagadmin; UPDATE leaf_alloc SET max_id = 1 WHERE biz_tag = 'order'});
+$node->safe_psql('postgres', q{SET ROLE tagadmin; UPDATE leaf_id_catalog.leaf_alloc SET max_id = 1 WHERE biz_tag = 'order'});
 $node->restart;
 $r = try_sql($node, 'postgres', q{SELECT count(*) FROM leaf_segment_next('order', 1000)});
 is($r->{sqlstate}, '42501', 'tag admin: the victim\'s max_id moved back is refused after a restart (42501)')
@@ -223,11 +224,11 @@ is($r->{sqlstate}, '42501', 'tag admin: the victim\'s max_id moved back is refus
 $r = try_sql($node, 'postgres',
 	q{SET ROLE decoder; SELECT leaf_opaque_grant('d', 'probe1', 1)});
 my $g = $r->{out};
-$node->safe_psql('postgres', "UPDATE leaf_alloc SET opaque_grant = $g WHERE biz_tag = 'probe1'");
+$node->safe_psql('postgres', "UPDATE leaf_id_catalog.leaf_alloc SET opaque_grant = $g WHERE biz_tag = 'probe1'");
 $r = try_sql($node, 'postgres', q{SELECT count(DISTINCT x) FROM leaf_segment_next('probe1', 100) x});
 is($r->{out}, '100', 'a decoder\'s grant lets the tag issue its IDs') or diag $r->{err};
 # the victim's row put back by a superuser (with a grant of its max_id)
-$node->safe_psql('postgres', q{UPDATE leaf_alloc SET max_id = 100000, opaque_grant = leaf_opaque_grant('d', 'order', 100000)
+$node->safe_psql('postgres', q{UPDATE leaf_id_catalog.leaf_alloc SET max_id = 100000, opaque_grant = leaf_opaque_grant('d', 'order', 100000)
   WHERE biz_tag = 'order'});
 my @after = split /\n/, $node->safe_psql('postgres', q{SELECT leaf_segment_next('order') FROM generate_series(1, 500)});
 my %seen = map { $_ => 1 } @victim;
@@ -237,7 +238,7 @@ is(scalar(grep { $seen{$_} } @after), 0, 'no ID of the victim\'s tag was issued 
 $node->safe_psql('postgres', q{
 CREATE ROLE watcher LOGIN IN ROLE pg_monitor;
 GRANT pg_monitor TO decoder;
-INSERT INTO leaf_alloc (biz_tag, step) VALUES ('plainx', 10);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('plainx', 10);
 SELECT leaf_segment_next('plainx'), leaf_segment_next('order');
 });
 my $hidden = q{SELECT string_agg(tag || ':' || (buffer0_start IS NULL AND buffer0_next IS NULL AND buffer0_end IS NULL
@@ -259,6 +260,7 @@ ALTER DEFAULT PRIVILEGES GRANT SELECT, INSERT, UPDATE ON TABLES TO r, pg_monitor
 ALTER DEFAULT PRIVILEGES GRANT EXECUTE ON FUNCTIONS TO r, pg_monitor;
 ALTER DEFAULT PRIVILEGES REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
 ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT ALL ON TABLES TO r;
+ALTER DEFAULT PRIVILEGES GRANT USAGE, CREATE ON SCHEMAS TO r, pg_monitor, PUBLIC;
 };
 # (each ACL as its sorted entries: grantee, privilege, grantor; the order of
 # an ACL's entries depends on the order of the grants)
@@ -273,26 +275,31 @@ SELECT string_agg(line, E'\n' ORDER BY line) FROM (
     FROM pg_depend d JOIN pg_class c ON d.classid = 'pg_class'::regclass AND c.oid = d.objid
    WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'leaf_id') AND d.deptype = 'e'
   UNION ALL
+  SELECT 'nsp ' || n.nspname || ' ' || pg_temp.entries(n.nspacl, 'n', n.nspowner)
+    FROM pg_depend d JOIN pg_namespace n ON d.classid = 'pg_namespace'::regclass AND n.oid = d.objid
+   WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'leaf_id') AND d.deptype = 'e'
+  UNION ALL
   SELECT 'fn ' || d.objid::regprocedure || ' ' || pg_temp.entries(p.proacl, 'f', p.proowner)
     FROM pg_depend d JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid
    WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'leaf_id') AND d.deptype = 'e'
   UNION ALL
   -- (no row: the default, as pg_dump takes it)
   SELECT 'initprivs ' || pg_describe_object(d.classid, d.objid, 0) || ' '
-         || pg_temp.entries(i.initprivs, (CASE WHEN p.oid IS NOT NULL THEN 'f' ELSE 'r' END)::"char",
-                            COALESCE(p.proowner, c.relowner))
+         || pg_temp.entries(i.initprivs, (CASE WHEN p.oid IS NOT NULL THEN 'f' WHEN n.oid IS NOT NULL THEN 'n' ELSE 'r' END)::"char",
+                            COALESCE(p.proowner, c.relowner, n.nspowner))
     FROM pg_depend d
     LEFT JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid
     LEFT JOIN pg_class c ON d.classid = 'pg_class'::regclass AND c.oid = d.objid
+    LEFT JOIN pg_namespace n ON d.classid = 'pg_namespace'::regclass AND n.oid = d.objid
     LEFT JOIN pg_init_privs i ON i.classoid = d.classid AND i.objoid = d.objid AND i.objsubid = 0
    WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'leaf_id') AND d.deptype = 'e'
-     AND (p.oid IS NOT NULL OR c.relkind IN ('r', 'p', 'v', 'm'))
+     AND (p.oid IS NOT NULL OR n.oid IS NOT NULL OR c.relkind IN ('r', 'p', 'v', 'm'))
 ) x};
 $node->safe_psql('postgres', 'CREATE DATABASE reference');
 $node->safe_psql('reference', 'CREATE EXTENSION leaf_id');
 my $want = $node->safe_psql('reference', $acls);
 cmp_ok(scalar(split /\n/, $want), '>', 25, 'premise: the ACL listing covers the catalog');
-for my $path (['fresh', undef], ['from052', '0.5.2'], ['from051', '0.5.1'], ['from050', '0.5.0'], ['from040', '0.4.0'], ['from030', '0.3.0'], ['from020', '0.2.0'], ['from010', '0.1.0'])
+for my $path (['fresh', undef], ['from060', '0.6.0'], ['from052', '0.5.2'], ['from051', '0.5.1'], ['from050', '0.5.0'], ['from040', '0.4.0'], ['from030', '0.3.0'], ['from020', '0.2.0'], ['from010', '0.1.0'])
 {
 	my ($db, $from) = @$path;
 	$node->safe_psql('postgres', "CREATE DATABASE $db");
@@ -322,13 +329,15 @@ for my $path (['fresh', undef], ['from052', '0.5.2'], ['from051', '0.5.1'], ['fr
 	$node->safe_psql($db, q{SELECT leaf_opaque_create('d')});
 	for my $role ('r', 'pg_monitor')
 	{
-		my $q = try_sql($node, $db, "SET ROLE $role; SELECT count(*) FROM leaf_opaque_domain");
+		my $q = try_sql($node, $db, "SET ROLE $role; SELECT count(*) FROM leaf_id_catalog.leaf_opaque_domain");
 		is($q->{sqlstate}, '42501', "$label: $role cannot read the keys") or diag $q->{err};
 		$q = try_sql($node, $db, "SET ROLE $role; SELECT leaf_opaque_decode('d', 1)");
 		is($q->{sqlstate}, '42501', "$label: $role cannot decode") or diag $q->{err};
 	}
 	my $q = try_sql($node, $db, "CREATE ROLE plain_$db; SET ROLE plain_$db; SELECT leaf_snowflake_next() > 0");
 	is($q->{out}, 't', "$label: PUBLIC may draw IDs") or diag $q->{err};
+	$q = try_sql($node, $db, "SET ROLE plain_$db; PREPARE p AS SELECT 1 FROM leaf_id_catalog.leaf_alloc");
+	is($q->{sqlstate}, '42501', "$label: PUBLIC cannot name leaf_id's tables") or diag $q->{err};
 }
 
 # --- quote_all_identifiers: a database owner may set it for her database ----
@@ -355,7 +364,7 @@ for my $db ('qai', 'qai051')
 {
 	$q = try_sql($node, $db, q{
 SELECT leaf_opaque_create('q2', 30), leaf_opaque_drop('q2');
-INSERT INTO leaf_worker (worker_id, node_name) VALUES (901, 'gone-node');
+INSERT INTO leaf_id_catalog.leaf_worker (worker_id, node_name) VALUES (901, 'gone-node');
 SELECT leaf_snowflake_release_worker_id(901) IS NOT NULL;
 CREATE TABLE qs (id bigserial PRIMARY KEY);
 SELECT leaf_segment_adopt_sequence('qs_id_seq', 'qs', 10) > 0});

@@ -32,7 +32,7 @@ use SegmentTap;
 my $node = leaf_node('history', "leaf_id.tag_resync_interval = 1\n");
 $node->safe_psql('postgres', q{
 -- (a 16-bit domain as 0.4.0 made them, as in the reproduction)
-INSERT INTO leaf_opaque_domain (name, bits, key) VALUES ('d16', 16, leaf_id_random_key());
+INSERT INTO leaf_id_catalog.leaf_opaque_domain (name, bits, key) VALUES ('d16', 16, leaf_id_random_key());
 SELECT leaf_opaque_create('d20', 20);
 CREATE TABLE ids (tag text, id bigint);
 });
@@ -51,13 +51,13 @@ sub refused
 {
 	my ($tag, $what) = @_;
 	my $before = $node->safe_psql('postgres',
-		"SELECT max_id || ':' || COALESCE(opaque_check::text, 'null') FROM leaf_alloc WHERE biz_tag = '$tag'");
+		"SELECT max_id || ':' || COALESCE(opaque_check::text, 'null') FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = '$tag'");
 	my $r = try_sql($node, 'postgres',
 		"INSERT INTO ids SELECT '$tag', leaf_segment_next('$tag') FROM generate_series(1, 5000)");
 	is($r->{sqlstate}, '55000', "$what: refused with 55000") or diag $r->{err};
 	like($r->{err}, qr/another encoding/, "$what: the message says why");
 	is( $node->safe_psql('postgres',
-			"SELECT max_id || ':' || COALESCE(opaque_check::text, 'null') FROM leaf_alloc WHERE biz_tag = '$tag'"),
+			"SELECT max_id || ':' || COALESCE(opaque_check::text, 'null') FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = '$tag'"),
 		$before, "$what: the refill wrote nothing (max_id and opaque_check as before)");
 	return;
 }
@@ -78,22 +78,22 @@ sub slot_gone
 sub opaque_row
 {
 	my ($tag, $domain, $max_id) = @_;
-	return "INSERT INTO leaf_alloc (biz_tag, step, max_id, opaque_domain, opaque_grant) "
+	return "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, max_id, opaque_domain, opaque_grant) "
 	  . "VALUES ('$tag', 100, $max_id, '$domain', leaf_opaque_grant('$domain', '$tag', $max_id))";
 }
 
 # --- A. plain, deleted, slot freed, opaque again --------------------------------
-$node->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) VALUES ('a', 100)});
+$node->safe_psql('postgres', q{INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('a', 100)});
 draw('a', 5000, 'A');
-$node->safe_psql('postgres', q{DELETE FROM leaf_alloc WHERE biz_tag = 'a'});
+$node->safe_psql('postgres', q{DELETE FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'a'});
 slot_gone('a');
 $node->safe_psql('postgres', opaque_row('a', 'd16', 1));
 refused('a', 'A: a plain tag inserted again with a 16-bit domain');
 
 # --- B. the same across a restart --------------------------------------------------
-$node->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) VALUES ('b', 100)});
+$node->safe_psql('postgres', q{INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('b', 100)});
 draw('b', 5000, 'B');
-$node->safe_psql('postgres', q{DELETE FROM leaf_alloc WHERE biz_tag = 'b'});
+$node->safe_psql('postgres', q{DELETE FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'b'});
 $node->restart;
 $node->safe_psql('postgres', opaque_row('b', 'd16', 1));
 refused('b', 'B: ... with a restart between the delete and the insert');
@@ -104,31 +104,31 @@ refused('b', 'B: ... and after one more restart');
 $node->safe_psql('postgres', opaque_row('c', 'd20', 1));
 draw('c', 3000, 'C');
 $node->restart;
-$node->safe_psql('postgres', q{UPDATE leaf_alloc SET opaque_check = NULL, opaque_domain = 'd16',
+$node->safe_psql('postgres', q{UPDATE leaf_id_catalog.leaf_alloc SET opaque_check = NULL, opaque_domain = 'd16',
   opaque_grant = leaf_opaque_grant('d16', 'c', max_id) WHERE biz_tag = 'c'});
 refused('c', 'C: an opaque tag with opaque_check NULL and another domain');
 
 # --- D. opaque, deleted, plain again -------------------------------------------------
 $node->safe_psql('postgres', opaque_row('dd', 'd20', 1));
 draw('dd', 3000, 'D');
-$node->safe_psql('postgres', q{DELETE FROM leaf_alloc WHERE biz_tag = 'dd'});
+$node->safe_psql('postgres', q{DELETE FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'dd'});
 $node->restart;
-$node->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) VALUES ('dd', 100)});
+$node->safe_psql('postgres', q{INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('dd', 100)});
 refused('dd', 'D: an opaque tag inserted again plain');
 
 # --- E. control: the same encoding goes on -------------------------------------------
-$node->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) VALUES ('e', 100)});
+$node->safe_psql('postgres', q{INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('e', 100)});
 draw('e', 2000, 'E');
 my $above = $node->safe_psql('postgres', q{SELECT max(id) + 1 FROM ids WHERE tag = 'e'});
-$node->safe_psql('postgres', q{DELETE FROM leaf_alloc WHERE biz_tag = 'e'});
+$node->safe_psql('postgres', q{DELETE FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'e'});
 $node->restart;
-$node->safe_psql('postgres', "INSERT INTO leaf_alloc (biz_tag, step, max_id) VALUES ('e', 100, $above)");
+$node->safe_psql('postgres', "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, max_id) VALUES ('e', 100, $above)");
 draw('e', 2000, 'E: a plain tag inserted again plain, above its IDs');
 
 # --- F. a plain tag's max_id moved back, across a restart ----------------------------
-$node->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) VALUES ('f', 100)});
+$node->safe_psql('postgres', q{INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('f', 100)});
 draw('f', 3000, 'F');
-$node->safe_psql('postgres', q{UPDATE leaf_alloc SET max_id = 1 WHERE biz_tag = 'f'});
+$node->safe_psql('postgres', q{UPDATE leaf_id_catalog.leaf_alloc SET max_id = 1 WHERE biz_tag = 'f'});
 $node->restart;
 draw('f', 3000, 'F: max_id moved back to 1, after a restart');
 is($node->safe_psql('postgres', q{SELECT count(*) - count(DISTINCT id) FROM ids WHERE tag = 'f'}), '0',
@@ -139,7 +139,7 @@ is($node->safe_psql('postgres', q{SELECT count(*) - count(DISTINCT id) FROM ids 
 # the grant of that max_id is valid, but the IDs after it were issued)
 $node->safe_psql('postgres', opaque_row('g', 'd20', 1));
 draw('g', 2000, 'G');
-my $old_row = $node->safe_psql('postgres', q{SELECT max_id || ',' || opaque_grant FROM leaf_alloc WHERE biz_tag = 'g'});
+my $old_row = $node->safe_psql('postgres', q{SELECT max_id || ',' || opaque_grant FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'g'});
 my ($old_max, $old_grant) = split /,/, $old_row;
 # more, until the tag has issued counters above that max_id (the row's
 # max_id covers both cached segments: it takes a refill or two)
@@ -153,13 +153,13 @@ for (1 .. 20)
 }
 ok($past, "G: the tag issued counters above the old max_id $old_max");
 $node->safe_psql('postgres',
-	"UPDATE leaf_alloc SET max_id = $old_max, opaque_grant = $old_grant WHERE biz_tag = 'g'");
+	"UPDATE leaf_id_catalog.leaf_alloc SET max_id = $old_max, opaque_grant = $old_grant WHERE biz_tag = 'g'");
 $node->restart;
 draw('g', 3000, "G: the row of max_id $old_max put back with its grant, after a restart");
 is($node->safe_psql('postgres', q{SELECT count(*) - count(DISTINCT id) FROM ids WHERE tag = 'g'}), '0',
 	'G: no ID of the tag twice');
 # and deleted and inserted again lower, with a decoder's fresh grant
-$node->safe_psql('postgres', q{DELETE FROM leaf_alloc WHERE biz_tag = 'g'});
+$node->safe_psql('postgres', q{DELETE FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'g'});
 $node->restart;
 $node->safe_psql('postgres', opaque_row('g', 'd20', 1));
 draw('g', 2000, 'G: deleted and inserted again at max_id 1, after a restart');
@@ -171,7 +171,7 @@ is($node->safe_psql('postgres', 'SELECT count(*) - count(DISTINCT (tag, id)) FRO
 is($node->safe_psql('postgres', q{SELECT count(*) FROM ids WHERE tag IN ('a', 'b', 'c', 'dd')}), '16000',
 	'the refused encodings issued nothing');
 is( $node->safe_psql('postgres',
-		q{SELECT string_agg(biz_tag || '=' || (opaque_check = 0)::text, ',' ORDER BY biz_tag) FROM leaf_alloc_encoding}),
+		q{SELECT string_agg(biz_tag || '=' || (opaque_check = 0)::text, ',' ORDER BY biz_tag) FROM leaf_id_catalog.leaf_alloc_encoding}),
 	'a=true,b=true,c=false,dd=false,e=true,f=true,g=false', 'leaf_alloc_encoding holds the encoding each tag issued under');
 
 $node->stop;

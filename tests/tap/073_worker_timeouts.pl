@@ -41,7 +41,7 @@ for my $setting (@settings)
 	# the workers start again, under the database's setting
 	$node->safe_psql('od', "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 	  WHERE datname = 'od' AND backend_type LIKE 'leaf_id % worker'");
-	$node->safe_psql('od', "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('t$round', 10)");
+	$node->safe_psql('od', "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('t$round', 10)");
 	$r = try_sql($node, 'od', "SELECT count(DISTINCT leaf_segment_next('t$round')) FROM generate_series(1, 300);
 	  SELECT count(DISTINCT leaf_snowflake_next()) FROM generate_series(1, 300)", timeout => 60);
 	is($r->{out}, "300\n300", "$setting = 1ms: segment refills and snowflake IDs go on") or diag $r->{err};
@@ -74,8 +74,8 @@ is($r->{ret}, 0, 'session_authorization: the database owner sets it to herself f
 CREATE TABLE public.refill_users (who text);
 CREATE FUNCTION public.note_refill_user() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS $$
 BEGIN INSERT INTO public.refill_users VALUES (session_user || '/' || current_user); RETURN NEW; END $$;
-CREATE TRIGGER note_refill_user BEFORE UPDATE ON leaf_alloc FOR EACH ROW EXECUTE FUNCTION public.note_refill_user();
-INSERT INTO leaf_alloc (biz_tag, step) VALUES ('sa', 10)});
+CREATE TRIGGER note_refill_user BEFORE UPDATE ON leaf_id_catalog.leaf_alloc FOR EACH ROW EXECUTE FUNCTION public.note_refill_user();
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('sa', 10)});
 	$r = try_sql($node, 'od', "SELECT count(DISTINCT leaf_segment_next('sa')) FROM generate_series(1, 300);
 	  SELECT count(DISTINCT leaf_snowflake_next()) FROM generate_series(1, 300)", timeout => 60);
 	is($r->{out}, "300\n300", 'session_authorization = olga: segment refills and snowflake IDs go on') or diag $r->{err};
@@ -100,7 +100,7 @@ is($r->{ret}, 0, 'leaf_id.refill_timeout: the database owner sets it to 1 ms for
 	local $ENV{PGOPTIONS} = "$ENV{PGOPTIONS} -c leaf_id.refill_timeout=8000";
 	$node->safe_psql('od', "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 	  WHERE datname = 'od' AND backend_type LIKE 'leaf_id % worker'");
-	$node->safe_psql('od', "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('held', 10)");
+	$node->safe_psql('od', "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('held', 10)");
 	$r = try_sql($node, 'od', "SELECT leaf_segment_next('held')", timeout => 60);
 	is($r->{sqlstate}, '55P03', 'leaf_id.refill_timeout = 1ms for od: the unconfirmed refill is refused with 55P03')
 	  or diag $r->{err};

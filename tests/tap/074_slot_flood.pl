@@ -60,14 +60,15 @@ for my $db (qw(flood victim d3 d4 greedy))
 	$node->safe_psql($db, 'CREATE EXTENSION leaf_id');
 }
 $node->safe_psql('flood', q{
-GRANT SELECT, INSERT, UPDATE ON leaf_alloc TO ta;
-INSERT INTO leaf_alloc (biz_tag, step) VALUES ('stuck', 10);
+GRANT USAGE ON SCHEMA leaf_id_catalog TO ta;
+GRANT SELECT, INSERT, UPDATE ON leaf_id_catalog.leaf_alloc TO ta;
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('stuck', 10);
 });
 is($node->safe_psql('flood', "SELECT leaf_segment_next('stuck')"), '1', 'flood: tag stuck works');
 
 # --- A. the flood, with flood's worker held up
 my $holder = session($node, 'flood');
-session_query($holder, "SET ROLE ta; BEGIN; UPDATE leaf_alloc SET description = 'held' WHERE biz_tag = 'stuck'");
+session_query($holder, "SET ROLE ta; BEGIN; UPDATE leaf_id_catalog.leaf_alloc SET description = 'held' WHERE biz_tag = 'stuck'");
 my $keeper = start_client($node, 'flood', 'keeper', q{
 SET leaf_id.refill_timeout = 2000;
 DO $$
@@ -116,7 +117,7 @@ SELECT s || ': ' || count(*) FROM states GROUP BY s ORDER BY s;
 }, timeout => 60);
 }
 sleep 3;
-$node->safe_psql('victim', "INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('new1', 1000, 10), ('new2', 2000, 10)");
+$node->safe_psql('victim', "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('new1', 1000, 10), ('new2', 2000, 10)");
 my $r = try_sql($node, 'victim', "SELECT leaf_segment_next('new1')");
 is($r->{out}, '1000', 'A: during the flood a new tag of database victim works')
   or diag $r->{err};
@@ -143,7 +144,7 @@ is(scalar(grep { /^53400/ && $_ ne '53400 bound' } keys %states), 0,
 session_query($holder, 'ROLLBACK');
 $holder->quit;
 finish_clients(30, $keeper);
-$node->safe_psql('flood', "INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('after', 500, 10)");
+$node->safe_psql('flood', "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('after', 500, 10)");
 $r = try_sql($node, 'flood', "SELECT leaf_segment_next('after')", timeout => 30);
 is($r->{out}, '500', 'B: flood gets a new tag once its worker is free') or diag $r->{err};
 $r = try_sql($node, 'flood', "SET ROLE mallory; SELECT leaf_segment_next('invented_x')");
@@ -157,7 +158,7 @@ my $drawer = start_client($node, 'victim', 'drawer', q{
 DO $$
 DECLARE t0 timestamptz := clock_timestamp();
 BEGIN
-  WHILE clock_timestamp() < t0 + interval '40 s' AND NOT EXISTS (SELECT 1 FROM leaf_alloc WHERE biz_tag = 'stop') LOOP
+  WHILE clock_timestamp() < t0 + interval '40 s' AND NOT EXISTS (SELECT 1 FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'stop') LOOP
     PERFORM leaf_segment_next('new1');
     PERFORM pg_sleep(0.1);
   END LOOP;
@@ -182,8 +183,8 @@ BEGIN
 END $$;
 SELECT s || ': ' || count(*) FROM got GROUP BY s ORDER BY s};
 $node->safe_psql('flood', q{SET ROLE ta;
-INSERT INTO leaf_alloc (biz_tag, step) SELECT 'real_' || g, 10 FROM generate_series(1, 70) g});
-$node->safe_psql('greedy', q{INSERT INTO leaf_alloc (biz_tag, step) SELECT 'real_' || g, 10 FROM generate_series(1, 70) g});
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) SELECT 'real_' || g, 10 FROM generate_series(1, 70) g});
+$node->safe_psql('greedy', q{INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) SELECT 'real_' || g, 10 FROM generate_series(1, 70) g});
 for my $db ('flood', 'greedy')
 {
 	$r = try_sql($node, $db, ($db eq 'flood' ? 'SET ROLE ta;' : '') . $greedy_sql, timeout => 120);
@@ -193,18 +194,18 @@ for my $db ('flood', 'greedy')
 	is(($got{ok} // 0) + ($got{share} // 0), 70, "C: $db: the others got 53400 naming its share")
 	  or diag $r->{err};
 }
-$node->safe_psql('victim', "INSERT INTO leaf_alloc (biz_tag, max_id, step) SELECT 'v' || g, 5000 + 100 * g, 10 FROM generate_series(1, 19) g");
+$node->safe_psql('victim', "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) SELECT 'v' || g, 5000 + 100 * g, 10 FROM generate_series(1, 19) g");
 $r = try_sql($node, 'victim', "SELECT count(DISTINCT leaf_segment_next('v' || g)) FROM generate_series(1, 19) g");
 is($r->{out}, '19', 'C: victim still makes and uses 19 new tags (with new1 and new2: its share of 21)') or diag $r->{err};
-$node->safe_psql('victim', "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('stop', 1)");
+$node->safe_psql('victim', "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('stop', 1)");
 finish_clients(30, $drawer);
 is($drawer->{rc}, 0, 'C: victim drew all along') or diag $drawer->{stderr};
 ok(wait_until(30, sub { worker_pid($node, 'flood') eq '' && worker_pid($node, 'greedy') eq '' }),
 	'C: the workers of flood and greedy leave them (idle)');
 
 # --- D. database slots
-$node->safe_psql('d3', "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('d', 10)");
-$node->safe_psql('d4', "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('d', 10)");
+$node->safe_psql('d3', "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('d', 10)");
+$node->safe_psql('d4', "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('d', 10)");
 $r = try_sql($node, 'd3', "SELECT leaf_segment_next('d') FROM generate_series(1, 5);
   SELECT leaf_snowflake_next() FROM generate_series(1, 5)", timeout => 30);
 my @d3 = split /\n/, $r->{out};
@@ -237,18 +238,18 @@ leaf_id.tag_resync_interval = 1
 });
 $m->safe_psql('postgres', 'CREATE DATABASE other');
 $m->safe_psql('other', 'CREATE EXTENSION leaf_id');
-$m->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) SELECT 'm' || g, 10 FROM generate_series(1, 50) g});
+$m->safe_psql('postgres', q{INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) SELECT 'm' || g, 10 FROM generate_series(1, 50) g});
 my @m1 = split /\n/, $m->safe_psql('postgres', q{SELECT leaf_segment_next('m1') FROM generate_series(1, 5)});
 $r = try_sql($m, 'postgres', q{SELECT count(leaf_segment_next('m' || g)) FROM generate_series(1, 50) g});
 is($r->{out}, '50', 'E: 50 tags with 32 marks all get IDs') or diag $r->{err};
-$m->safe_psql('other', "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('o', 10)");
+$m->safe_psql('other', "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('o', 10)");
 $r = try_sql($m, 'other', "SELECT leaf_segment_next('o')");
 is($r->{out}, '1', 'E: and a new tag of another database') or diag $r->{err};
 # m1's mark is long reused; it is deleted and inserted again at max_id 1
-$m->safe_psql('postgres', "DELETE FROM leaf_alloc WHERE biz_tag = 'm1'");
+$m->safe_psql('postgres', "DELETE FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'm1'");
 ok(wait_until(20, sub { (try_sql($m, 'postgres', "SELECT leaf_segment_next('m1')")->{sqlstate} // '') eq '42704' }),
 	'E: m1 deleted: 42704');
-$m->safe_psql('postgres', "INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('m1', 1, 10)");
+$m->safe_psql('postgres', "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('m1', 1, 10)");
 my @m1b = split /\n/, $m->safe_psql('postgres', q{SELECT leaf_segment_next('m1') FROM generate_series(1, 5)});
 ok(@m1b == 5 && $m1b[0] > $m1[-1] && !grep({ my $x = $_; grep { $_ == $x } @m1 } @m1b),
 	"E: m1 re-created lower starts above its earlier IDs (@m1b after @m1)");

@@ -53,10 +53,10 @@ leaf_id.heartbeat_interval = 1000
 };
 
 my $state_sql = {
-	keys => q{SELECT string_agg(name || ':' || bits || ':' || md5(key), ',' ORDER BY name) FROM leaf_opaque_domain},
+	keys => q{SELECT string_agg(name || ':' || bits || ':' || md5(key), ',' ORDER BY name) FROM leaf_id_catalog.leaf_opaque_domain},
 	decoded => q{SELECT string_agg(id || '=' || leaf_opaque_decode('public_order', id), ',' ORDER BY id) FROM ids WHERE kind = 'opaque'},
-	encodings => q{SELECT string_agg(biz_tag || ':' || opaque_check, ',' ORDER BY biz_tag) FROM leaf_alloc_encoding},
-	worker => q{SELECT worker_id || ':' || node_name FROM leaf_worker WHERE node_name = current_setting('leaf_id.node_name')},
+	encodings => q{SELECT string_agg(biz_tag || ':' || opaque_check, ',' ORDER BY biz_tag) FROM leaf_id_catalog.leaf_alloc_encoding},
+	worker => q{SELECT worker_id || ':' || node_name FROM leaf_id_catalog.leaf_worker WHERE node_name = current_setting('leaf_id.node_name')},
 };
 
 my $tested = 0;
@@ -97,8 +97,8 @@ sub upgrade_from
 		'postgres', q{
 CREATE EXTENSION leaf_id;
 SELECT leaf_opaque_create('public_order', bits => 53);
-INSERT INTO leaf_alloc (biz_tag, step) VALUES ('order', 100);
-INSERT INTO leaf_alloc (biz_tag, step, opaque_domain, opaque_grant)
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('order', 100);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, opaque_domain, opaque_grant)
   VALUES ('secret', 100, 'public_order', leaf_opaque_grant('public_order', 'secret', 1));
 CREATE TABLE ids (phase int, kind text, id bigint);
 INSERT INTO ids SELECT 1, 'segment', leaf_segment_next('order') FROM generate_series(1, 250);
@@ -106,8 +106,8 @@ INSERT INTO ids SELECT 1, 'opaque', leaf_segment_next('secret') FROM generate_se
 INSERT INTO ids SELECT 1, 'snowflake', leaf_snowflake_next() FROM generate_series(1, 2000);
 });
 	my %before = map { $_ => $old->safe_psql('postgres', $state_sql->{$_}) } keys %$state_sql;
-	my $ends_before = $old->safe_psql('postgres', q{SELECT string_agg(biz_tag || ':' || reserved_end, ',' ORDER BY biz_tag) FROM leaf_alloc_encoding});
-	my $mark_before = $old->safe_psql('postgres', q{SELECT last_timestamp FROM leaf_worker WHERE node_name = current_setting('leaf_id.node_name')});
+	my $ends_before = $old->safe_psql('postgres', q{SELECT string_agg(biz_tag || ':' || reserved_end, ',' ORDER BY biz_tag) FROM leaf_id_catalog.leaf_alloc_encoding});
+	my $mark_before = $old->safe_psql('postgres', q{SELECT last_timestamp FROM leaf_id_catalog.leaf_worker WHERE node_name = current_setting('leaf_id.node_name')});
 	my $max_opaque = $old->safe_psql('postgres', q{SELECT max(leaf_opaque_decode('public_order', id)) FROM ids WHERE kind = 'opaque'});
 	$old->stop;
 
@@ -162,11 +162,11 @@ INSERT INTO ids SELECT 2, 'opaque', leaf_segment_next('secret') FROM generate_se
 	is( $new->safe_psql('postgres', q{SELECT worker_id || ':' || node_name FROM leaf_snowflake_status}),
 		$before{worker}, "PostgreSQL $m: the node serves the worker id it had");
 	cmp_ok(
-		$new->safe_psql('postgres', q{SELECT last_timestamp FROM leaf_worker WHERE node_name = current_setting('leaf_id.node_name')}),
+		$new->safe_psql('postgres', q{SELECT last_timestamp FROM leaf_id_catalog.leaf_worker WHERE node_name = current_setting('leaf_id.node_name')}),
 		'>=', $mark_before, "PostgreSQL $m: the registry's mark did not move back");
 	my %end_before = map { split /:/ } split /,/, $ends_before;
 	my %end_after = map { split /:/ } split /,/,
-	  $new->safe_psql('postgres', q{SELECT string_agg(biz_tag || ':' || reserved_end, ',' ORDER BY biz_tag) FROM leaf_alloc_encoding});
+	  $new->safe_psql('postgres', q{SELECT string_agg(biz_tag || ':' || reserved_end, ',' ORDER BY biz_tag) FROM leaf_id_catalog.leaf_alloc_encoding});
 	ok((keys %end_before) == 2 && !grep({ !defined $end_after{$_} || $end_after{$_} < $end_before{$_} } keys %end_before),
 		"PostgreSQL $m: every tag's reserved end is kept (or above)")
 	  or diag "before $ends_before, after " . join(',', map { "$_:$end_after{$_}" } sort keys %end_after);

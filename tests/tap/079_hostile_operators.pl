@@ -107,11 +107,11 @@ for my $from (@versions)
 	# what a superuser then does: tags, both modes, the superusers' functions
 	# and the views
 	$r = try_sql($node, $db, q{
-INSERT INTO leaf_alloc (biz_tag, step) VALUES ('t', 10);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('t', 10);
 SELECT count(DISTINCT leaf_segment_next('t')) FROM generate_series(1, 50);
 SELECT count(DISTINCT leaf_snowflake_next()) FROM generate_series(1, 50);
 SELECT leaf_opaque_create('d', 40);
-INSERT INTO leaf_alloc (biz_tag, step, opaque_domain, opaque_grant) VALUES ('o', 10, 'd', leaf_opaque_grant('d', 'o', 1));
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, opaque_domain, opaque_grant) VALUES ('o', 10, 'd', leaf_opaque_grant('d', 'o', 1));
 SELECT count(DISTINCT leaf_opaque_decode('d', leaf_segment_next('o'))) FROM generate_series(1, 50);
 SELECT count(*) FROM leaf_opaque_domains;
 SELECT count(*) FROM leaf_segment_status;
@@ -123,7 +123,7 @@ SELECT leaf_segment_adopt_sequence('orders_id_seq', 'orders', 100) > 2;
 CREATE TABLE events (id bigserial PRIMARY KEY, v int);
 INSERT INTO events (v) VALUES (1);
 SELECT leaf_snowflake_adopt_sequence('events_id_seq') IS NOT NULL;
-INSERT INTO leaf_worker (worker_id, node_name) VALUES (900, 'gone-node');
+INSERT INTO leaf_id_catalog.leaf_worker (worker_id, node_name) VALUES (900, 'gone-node');
 SELECT leaf_snowflake_release_worker_id(900) IS NOT NULL;
 SELECT leaf_opaque_create('d2', 30);
 SELECT leaf_opaque_drop('d2');

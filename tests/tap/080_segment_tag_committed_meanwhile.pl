@@ -37,7 +37,7 @@ sub call_in_background
 # --- A: committed between the refill's update and its second look -----------
 my $offset = -s $node->logfile;
 my $writer = $node->background_psql('postgres');
-$writer->query_safe("BEGIN; INSERT INTO leaf_alloc (biz_tag, step, max_id) VALUES ('a_tag', 10, 500)");
+$writer->query_safe("BEGIN; INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, max_id) VALUES ('a_tag', 10, 500)");
 my $t0 = time;
 my $a = call_in_background('a_call', 'a_tag');
 ok($node->wait_for_log(qr/slow_tag_lookup: pausing 1500 ms after the update found no row/),
@@ -52,7 +52,7 @@ unlike(slurp_file($node->logfile, $offset), qr/could not record the reservation 
 
 # --- B: committed after the second look; a call after the commit joins ---------
 $offset = -s $node->logfile;
-$writer->query_safe("BEGIN; INSERT INTO leaf_alloc (biz_tag, step, max_id) VALUES ('b_tag', 10, 700)");
+$writer->query_safe("BEGIN; INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, max_id) VALUES ('b_tag', 10, 700)");
 my $early = call_in_background('b_early', 'b_tag');
 ok($node->wait_for_log(qr/slow_tag_lookup: pausing 3000 ms after the row was not found/, $offset),
 	'B: the refill found no row twice and pauses before it answers');

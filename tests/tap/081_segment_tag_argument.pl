@@ -27,7 +27,7 @@ $node->start;
 
 $node->safe_psql('postgres', q{
 CREATE EXTENSION leaf_id;
-INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('été', 1000, 10), ('ete', 5000, 10), ('日本', 9000, 10);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('été', 1000, 10), ('ete', 5000, 10), ('日本', 9000, 10);
 });
 
 # --- multi-byte tags -----------------------------------------------------------
@@ -71,7 +71,7 @@ for my $case (['long_tags', 'compressed', 6000], ['long_tags_ext', 'external', 3
 }
 
 # 128 characters is the limit, whatever their bytes (256 bytes of é)
-$node->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES (repeat('é', 128), 1, 10)});
+$node->safe_psql('postgres', q{INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES (repeat('é', 128), 1, 10)});
 is($node->safe_psql('postgres', q{SELECT leaf_segment_next(repeat('é', 128))}), '1',
 	'a tag of 128 two-byte characters draws');
 
@@ -83,7 +83,7 @@ $node->safe_psql('postgres',
 	q{CREATE DATABASE latin ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0});
 $node->safe_psql('latin', q{
 CREATE EXTENSION leaf_id;
-INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('plain', 700, 10);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('plain', 700, 10);
 });
 is($node->safe_psql('latin', q{SELECT leaf_segment_next('plain'), leaf_segment_next('plain')}),
 	'700|701', 'LATIN1 database: an ASCII tag draws');

@@ -43,9 +43,9 @@ WHERE s.mode = '$mode' AND a.wait_event_type = 'Lock'});
 }
 
 # --- A: a canceled refill ----------------------------------------------------
-$node->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step, max_id) VALUES ('c', 10, 100)});
+$node->safe_psql('postgres', q{INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, max_id) VALUES ('c', 10, 100)});
 my $holder = $node->background_psql('postgres');
-$holder->query_safe(q{BEGIN; SELECT * FROM leaf_alloc WHERE biz_tag = 'c' FOR UPDATE});
+$holder->query_safe(q{BEGIN; SELECT * FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'c' FOR UPDATE});
 my $offset = -s $node->logfile;
 my $call = SegmentTap::start_client($node, 'postgres', 'a_call', "SELECT leaf_segment_next('c');\n");
 my $pid = worker_waiting_on_lock('segment');
@@ -60,7 +60,7 @@ is($call->{rc}, 0, 'A: the waiting call is not told of the worker\'s cancel') or
 like(slurp_file($call->{out}), qr/^100$/m, 'A: it gets the tag\'s first ID after the retry');
 
 # --- B: a canceled worker id claim ------------------------------------------------
-$holder->query_safe(q{BEGIN; LOCK TABLE leaf_worker IN ACCESS EXCLUSIVE MODE});
+$holder->query_safe(q{BEGIN; LOCK TABLE leaf_id_catalog.leaf_worker IN ACCESS EXCLUSIVE MODE});
 $offset = -s $node->logfile;
 $call = SegmentTap::start_client($node, 'postgres', 'b_call', "\\set VERBOSITY verbose\nSELECT leaf_snowflake_next();\n");
 $pid = worker_waiting_on_lock('snowflake');
@@ -77,9 +77,9 @@ my $r = try_sql($node, 'postgres', 'SET leaf_id.refill_timeout = 20000; SELECT l
 like($r->{out}, qr/^\d+$/, 'B: a later call gets an ID') or diag $r->{err};
 
 # --- C: the worker's own lock timeout ------------------------------------------
-$node->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step, max_id) VALUES ('l', 10, 100)});
+$node->safe_psql('postgres', q{INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, max_id) VALUES ('l', 10, 100)});
 $holder = $node->background_psql('postgres');
-$holder->query_safe(q{BEGIN; SELECT * FROM leaf_alloc WHERE biz_tag = 'l' FOR UPDATE});
+$holder->query_safe(q{BEGIN; SELECT * FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'l' FOR UPDATE});
 $r = try_sql($node, 'postgres', "SELECT leaf_segment_next('l')", timeout => 60);
 $holder->query_safe('COMMIT');
 $holder->quit;

@@ -41,10 +41,10 @@ CREATE ROLE watcher LOGIN IN ROLE pg_monitor;
 GRANT orders_app TO alice;
 GRANT orders_app TO bob;
 SELECT leaf_opaque_create('d', 32);
-INSERT INTO leaf_alloc (biz_tag, max_id, step, draw_role) VALUES
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step, draw_role) VALUES
   ('orders', 1, 100, 'orders_app'),
   ('open', 1, 100, NULL);
-INSERT INTO leaf_alloc (biz_tag, max_id, step, draw_role, opaque_domain, opaque_grant)
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step, draw_role, opaque_domain, opaque_grant)
 VALUES ('sec', 1, 100, 'orders_app', 'd', leaf_opaque_grant('d', 'sec', 1));
 CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT leaf_segment_next('orders'), note text);
 GRANT INSERT, SELECT ON orders TO alice, mallory;
@@ -126,8 +126,8 @@ like($r->{out}, qr/^\d+$/, "and the restricted tag's with the draw_role's privil
 # restricted tag takes that slot: the session's next call of the open tag
 # is not refused for the other tag's draw_role (it looks its tag up again)
 $node->safe_psql('postgres', q{
-INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('open2', 1, 100);
-INSERT INTO leaf_alloc (biz_tag, max_id, step, draw_role) VALUES ('secret2', 1, 100, 'orders_app')});
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('open2', 1, 100);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step, draw_role) VALUES ('secret2', 1, 100, 'orders_app')});
 # (slots are taken lowest first: with the cache reset, each tag drawn first
 # takes slot 0)
 $node->safe_psql('postgres', "SELECT leaf_id_reset_cache()");
@@ -143,19 +143,19 @@ $s->quit;
 
 # a changed draw_role applies after leaf_id_reset_cache()
 $node->safe_psql('postgres',
-	"UPDATE leaf_alloc SET draw_role = 'other_app' WHERE biz_tag = 'orders'; SELECT leaf_id_reset_cache()");
+	"UPDATE leaf_id_catalog.leaf_alloc SET draw_role = 'other_app' WHERE biz_tag = 'orders'; SELECT leaf_id_reset_cache()");
 $r = as('alice', "SELECT leaf_segment_next('orders')");
 is($r->{sqlstate}, '42501', 'after draw_role changed (and leaf_id_reset_cache()), the former member is refused')
   or diag $r->{err};
 $node->safe_psql('postgres',
-	"UPDATE leaf_alloc SET draw_role = 'no_such_role' WHERE biz_tag = 'orders'; SELECT leaf_id_reset_cache()");
+	"UPDATE leaf_id_catalog.leaf_alloc SET draw_role = 'no_such_role' WHERE biz_tag = 'orders'; SELECT leaf_id_reset_cache()");
 $r = as('alice', "SELECT leaf_segment_next('orders')");
 is($r->{sqlstate}, '42501', 'a draw_role that names no role refuses every role but superusers')
   or diag $r->{err};
 my $su = $node->safe_psql('postgres', "SELECT leaf_segment_next('orders')");
 cmp_ok($su, '>', 9, 'a superuser still draws it (above every ID before)');
 $node->safe_psql('postgres',
-	"UPDATE leaf_alloc SET draw_role = NULL WHERE biz_tag = 'orders'; SELECT leaf_id_reset_cache()");
+	"UPDATE leaf_id_catalog.leaf_alloc SET draw_role = NULL WHERE biz_tag = 'orders'; SELECT leaf_id_reset_cache()");
 $r = as('mallory', "SELECT leaf_segment_next('orders')");
 is($r->{sqlstate}, undef, 'draw_role NULL opens the tag again') or diag $r->{err};
 cmp_ok($r->{out}, '>', $su, 'above the last ID handed out');
@@ -163,9 +163,9 @@ cmp_ok($r->{out}, '>', $su, 'above the last ID handed out');
 # --- B. max_value ------------------------------------------------------------
 $node->safe_psql(
 	'postgres', q{
-INSERT INTO leaf_alloc (biz_tag, max_id, step, max_value) VALUES
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step, max_value) VALUES
   ('small', 1, 10, 25), ('batch', 1, 10, 50);
-INSERT INTO leaf_alloc (biz_tag, max_id, step, max_value, opaque_domain, opaque_grant)
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step, max_value, opaque_domain, opaque_grant)
 VALUES ('osmall', 1, 10, 99, 'd', leaf_opaque_grant('d', 'osmall', 1));
 });
 $r = try_sql($node, 'postgres', "SELECT leaf_segment_next('small');\n" x 30);
@@ -176,7 +176,7 @@ $r = try_sql($node, 'postgres', "SELECT count(*) FROM leaf_segment_next('batch',
 is($r->{sqlstate}, '2200H', 'a batch call past max_value ends with 2200H') or diag $r->{out};
 $r = try_sql($node, 'postgres', "SELECT leaf_segment_next('batch')");
 is($r->{sqlstate}, '2200H', 'as does the next call');
-cmp_ok($node->safe_psql('postgres', "SELECT max(max_id) FROM leaf_alloc WHERE biz_tag IN ('small', 'batch')"),
+cmp_ok($node->safe_psql('postgres', "SELECT max(max_id) FROM leaf_id_catalog.leaf_alloc WHERE biz_tag IN ('small', 'batch')"),
 	'<=', 51, 'no refill reserved past max_value');
 $r = try_sql($node, 'postgres',
 	"SELECT count(DISTINCT id) || ' ' || max(leaf_opaque_decode('d', id)) FROM "
@@ -188,7 +188,7 @@ is($r->{sqlstate}, '2200H', 'then 2200H: no counter above max_value') or diag $r
 # a refused refill's error (here: the tag at its max_value) is told only to
 # roles that may draw the tag; the others get 42501
 $node->safe_psql('postgres',
-	"UPDATE leaf_alloc SET draw_role = 'orders_app' WHERE biz_tag = 'batch'; SELECT leaf_id_reset_cache()");
+	"UPDATE leaf_id_catalog.leaf_alloc SET draw_role = 'orders_app' WHERE biz_tag = 'batch'; SELECT leaf_id_reset_cache()");
 $r = as('mallory', "SELECT leaf_segment_next('batch')");
 is($r->{sqlstate}, '42501', "a role that may not draw the exhausted tag gets 42501, not its 2200H") or diag $r->{err};
 $r = as('alice', "SELECT leaf_segment_next('batch')");
@@ -197,7 +197,7 @@ is($r->{sqlstate}, '2200H', 'a member gets the 2200H') or diag $r->{err};
 $node->restart;
 $r = try_sql($node, 'postgres', "SELECT leaf_segment_next('small')");
 is($r->{sqlstate}, '2200H', 'after a restart the tag is still at its max_value') or diag $r->{out};
-$node->safe_psql('postgres', "UPDATE leaf_alloc SET max_value = 40 WHERE biz_tag = 'small'");
+$node->safe_psql('postgres', "UPDATE leaf_id_catalog.leaf_alloc SET max_value = 40 WHERE biz_tag = 'small'");
 $r = try_sql($node, 'postgres', "SELECT leaf_segment_next('small') FROM generate_series(1, 5)");
 my @after = split /\n/, $r->{out};
 ok(@after == 5 && $after[0] > 25 && $after[-1] <= 40, "with max_value raised to 40 it goes on above 25 (@after)")
@@ -219,10 +219,10 @@ SELECT leaf_segment_adopt_sequence('t_capped_id_seq', 'adopted_capped', 10);
 });
 is($node->safe_psql('postgres',
 		"SELECT string_agg(biz_tag || '=' || coalesce(max_value::text, 'NULL'), ',' ORDER BY biz_tag) "
-		  . "FROM leaf_alloc WHERE biz_tag LIKE 'adopted%'"),
+		  . "FROM leaf_id_catalog.leaf_alloc WHERE biz_tag LIKE 'adopted%'"),
 	'adopted_big=NULL,adopted_capped=5000,adopted_int=2147483647,adopted_small=32767',
 	"adoption sets max_value to the largest value of the column's type and the sequence's MAXVALUE");
-$node->safe_psql('postgres', "UPDATE leaf_alloc SET max_id = 2147483640 WHERE biz_tag = 'adopted_int'");
+$node->safe_psql('postgres', "UPDATE leaf_id_catalog.leaf_alloc SET max_id = 2147483640 WHERE biz_tag = 'adopted_int'");
 $r = try_sql($node, 'postgres', "INSERT INTO t_int (v) VALUES (0);\n" x 10 . "SELECT max(id) FROM t_int;");
 is($r->{sqlstate}, '2200H', "the integer column's inserts stop with 2200H, not 22003") or diag $r->{err};
 is($node->safe_psql('postgres', "SELECT count(*) || ' ' || max(id) FROM t_int WHERE id >= 2147483640"),

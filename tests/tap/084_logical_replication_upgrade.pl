@@ -66,8 +66,8 @@ $blue->safe_psql(
 	'postgres', qq{
 CREATE EXTENSION leaf_id;
 SELECT leaf_opaque_create('public_ids', bits => 53);
-INSERT INTO leaf_alloc (biz_tag, step) VALUES ('order', 1000);
-INSERT INTO leaf_alloc (biz_tag, step, opaque_domain, opaque_grant)
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('order', 1000);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, opaque_domain, opaque_grant)
   VALUES ('public_order', 1000, 'public_ids', leaf_opaque_grant('public_ids', 'public_order', 1));
 $schema
 INSERT INTO orders (server) SELECT 'blue' FROM generate_series(1, @{[ROWS]});
@@ -98,8 +98,8 @@ my $blue_wid = $blue->safe_psql('postgres', 'SELECT worker_id FROM leaf_snowflak
 # dropped, blue stopped
 $blue->wait_for_catchup('blue_green');
 is($green->safe_psql('postgres', 'SELECT count(*) FROM orders'), 2 * ROWS, 'green has every row blue drew');
-is( $green->safe_psql('postgres', q{SELECT max_id FROM leaf_alloc WHERE biz_tag = 'order'}),
-	$blue->safe_psql('postgres', q{SELECT max_id FROM leaf_alloc WHERE biz_tag = 'order'}),
+is( $green->safe_psql('postgres', q{SELECT max_id FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'order'}),
+	$blue->safe_psql('postgres', q{SELECT max_id FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'order'}),
 	'green has blue\'s max_id of the tag');
 $green->safe_psql('postgres', 'DROP SUBSCRIPTION blue_green');
 $blue->stop;

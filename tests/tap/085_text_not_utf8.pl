@@ -37,7 +37,7 @@ leaf_id.tag_resync_interval = 1
 $node->start;
 $node->safe_psql('postgres', q{
 CREATE EXTENSION leaf_id;
-INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('open', 1000, 10);
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('open', 1000, 10);
 SELECT leaf_opaque_create('d', bits => 53);
 });
 
@@ -74,7 +74,7 @@ unlike($log, qr/PANIC|panicked|server process .* was terminated/, 'no panic and 
 $node->safe_psql('postgres', q{CREATE DATABASE latin TEMPLATE template0 ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C'});
 $node->safe_psql('latin', q{
 CREATE EXTENSION leaf_id;
-INSERT INTO leaf_alloc (biz_tag, max_id, step)
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step)
 VALUES ('caf' || chr(233), 1, 10), ('gone', 5000, 100000), (chr(195) || chr(169), 7000, 100000);
 });
 my $r = try_sql($node, 'latin', q{SELECT * FROM leaf_segment_next('caf' || chr(233), 2)});
@@ -91,7 +91,7 @@ is($node->safe_psql('latin', q{SELECT leaf_segment_next(chr(195) || chr(169))}),
 sleep 3;    # three rounds of the check (leaf_id.tag_resync_interval = 1)
 is($node->safe_psql('latin', q{SELECT leaf_segment_next(chr(195) || chr(169))}), '7001',
 	'LATIN1: ... and still draws after the check for deleted tags');
-$node->safe_psql('latin', q{DELETE FROM leaf_alloc WHERE biz_tag = 'gone'});
+$node->safe_psql('latin', q{DELETE FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'gone'});
 my $offset = -s $node->logfile;
 # (its cached segments of step 100000 outlast the polls: only the check for
 # deleted tags can make it stop within the wait)

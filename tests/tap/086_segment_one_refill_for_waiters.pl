@@ -18,10 +18,10 @@ use Test::More;
 use SegmentTap;
 
 my $node = leaf_node('one_refill');
-$node->safe_psql('postgres', q{INSERT INTO leaf_alloc (biz_tag, step) VALUES ('w', 1000)});
+$node->safe_psql('postgres', q{INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('w', 1000)});
 
 my $holder = $node->background_psql('postgres');
-$holder->query_safe(q{BEGIN; SELECT 1 FROM leaf_alloc WHERE biz_tag = 'w' FOR UPDATE});
+$holder->query_safe(q{BEGIN; SELECT 1 FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'w' FOR UPDATE});
 my @callers = map {
 	SegmentTap::start_client($node, 'postgres', "waiter$_",
 		"SET leaf_id.refill_timeout = 20000;\nSELECT leaf_segment_next('w');\n")
@@ -60,7 +60,7 @@ is( join(',', sort { $a <=> $b } map { SegmentTap::client_ids($_) } @callers),
 # any second refill would have been asked for before the callers returned;
 # give the worker time to make it
 sleep 2;
-is($node->safe_psql('postgres', q{SELECT max_id FROM leaf_alloc WHERE biz_tag = 'w'}),
+is($node->safe_psql('postgres', q{SELECT max_id FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'w'}),
 	'1001', 'leaf_alloc recorded one segment of one step');
 is($node->safe_psql('postgres', q{SELECT refills FROM leaf_segment_status WHERE tag = 'w'}),
 	'1', 'the worker made one refill');
@@ -73,7 +73,7 @@ ok( wait_until(
 			$node->safe_psql('postgres', q{SELECT refills FROM leaf_segment_status WHERE tag = 'w'}) eq '2';
 		}),
 	'the prefetch after 10% of the segment is made');
-is($node->safe_psql('postgres', q{SELECT max_id FROM leaf_alloc WHERE biz_tag = 'w'}),
+is($node->safe_psql('postgres', q{SELECT max_id FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'w'}),
 	'3001', 'the prefetch reserved the next segment, of twice the step');
 
 $node->stop;

@@ -61,7 +61,7 @@ FROM ids, LATERAL leaf_snowflake_decode(id) d}),
 	'decoded timestamps are close to the current time');
 
 is( $node->safe_psql(
-		'postgres', q{SELECT worker_id, node_name FROM leaf_worker ORDER BY worker_id}),
+		'postgres', q{SELECT worker_id, node_name FROM leaf_id_catalog.leaf_worker ORDER BY worker_id}),
 	"42|$expected_node",
 	'leaf_worker has exactly one row: worker id 42 with this node\'s name');
 

@@ -61,7 +61,7 @@ my $node = snowflake_node('snowflake_registry', <<'CONF', <<'SQL');
 leaf_id.lease_ahead = 3000
 leaf_id.heartbeat_interval = 1000
 CONF
-INSERT INTO leaf_worker (worker_id, node_name) VALUES (0, 'other-a'), (1, 'other-b');
+INSERT INTO leaf_id_catalog.leaf_worker (worker_id, node_name) VALUES (0, 'other-a'), (1, 'other-b');
 CREATE TABLE ids (phase int NOT NULL, id bigint NOT NULL);
 SQL
 my $default_node = default_node_name($node);
@@ -75,7 +75,7 @@ is(snowflake_status($node, 'state, worker_id, worker_id_source, node_name'),
 	'status: worker id 2 from leaf_worker, default node name <system identifier>:<port>');
 is( $node->safe_psql(
 		'postgres',
-		q{SELECT worker_id, node_name, last_timestamp IS NOT NULL FROM leaf_worker ORDER BY worker_id}),
+		q{SELECT worker_id, node_name, last_timestamp IS NOT NULL FROM leaf_id_catalog.leaf_worker ORDER BY worker_id}),
 	"0|other-a|f\n1|other-b|f\n2|$default_node|t",
 	'leaf_worker: the other rows untouched, row 2 for this node with a persisted mark');
 is(ids_within_mark($node, 2),
@@ -100,7 +100,7 @@ restart_floor IS NOT NULL
        > (extract(epoch FROM restart_floor) * 1000)::bigint - @{[LEAF_EPOCH_MS]}}),
 	't',
 	'after restart: old IDs are at or below restart_floor, new IDs above it');
-is($node->safe_psql('postgres', 'SELECT count(*) FROM leaf_worker'), '3', 'after restart: no new leaf_worker row');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM leaf_id_catalog.leaf_worker'), '3', 'after restart: no new leaf_worker row');
 
 # --- phase 3: another node name claims the next free id --------------------
 $node->append_conf('postgresql.conf', "leaf_id.node_name = 'second-node'\n");
@@ -112,7 +112,7 @@ is(draw_phase($node, 3),
 is(snowflake_status($node, 'worker_id, worker_id_source, node_name'),
 	"3|leaf_worker|second-node", 'second node name: status worker id 3, node name second-node');
 is( $node->safe_psql(
-		'postgres', q{SELECT worker_id, node_name FROM leaf_worker ORDER BY worker_id}),
+		'postgres', q{SELECT worker_id, node_name FROM leaf_id_catalog.leaf_worker ORDER BY worker_id}),
 	"0|other-a\n1|other-b\n2|$default_node\n3|second-node",
 	'leaf_worker: worker id 2 still belongs to the first name, 3 to the second');
 
@@ -129,12 +129,12 @@ check_phase_above($node, 4, '1, 2', 'back to the first name');
 # row (it failed with 55000 at every renewal until a restart); it claims
 # again, another id than the one it lost (as after a takeover: the lowest
 # free one but 2, so 4), and goes on
-$node->safe_psql('postgres', "DELETE FROM leaf_worker WHERE worker_id = 2");
+$node->safe_psql('postgres', "DELETE FROM leaf_id_catalog.leaf_worker WHERE worker_id = 2");
 my $mine = $node->safe_psql('postgres', 'SELECT quote_literal(node_name) FROM leaf_snowflake_status');
 my $back = '';
 for (1 .. 100)
 {
-	$back = $node->safe_psql('postgres', "SELECT string_agg(worker_id::text, ',') FROM leaf_worker WHERE node_name = $mine");
+	$back = $node->safe_psql('postgres', "SELECT string_agg(worker_id::text, ',') FROM leaf_id_catalog.leaf_worker WHERE node_name = $mine");
 	last if $back ne '';
 	usleep(100_000);
 }

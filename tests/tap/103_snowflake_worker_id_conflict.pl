@@ -10,7 +10,7 @@ use lib $ENV{LEAF_ID_TAP_ROOT} . '/tests/tap';
 use SnowflakeTap;
 
 my $node = snowflake_node('snowflake_conflict', "leaf_id.refill_timeout = 20s\n", <<'SQL');
-INSERT INTO leaf_worker (worker_id, node_name) VALUES (7, 'someone-else');
+INSERT INTO leaf_id_catalog.leaf_worker (worker_id, node_name) VALUES (7, 'someone-else');
 CREATE TABLE ids (id bigint);
 SQL
 my $my_node = default_node_name($node);
@@ -36,7 +36,7 @@ is($r->{sqlstate}, '55000', 'INSERT ... leaf_snowflake_next(): SQLSTATE 55000') 
 is($node->safe_psql('postgres', 'SELECT count(*) FROM ids'), '0', 'no row was inserted');
 
 is( $node->safe_psql(
-		'postgres', q{SELECT worker_id, node_name, last_timestamp IS NULL FROM leaf_worker ORDER BY worker_id}),
+		'postgres', q{SELECT worker_id, node_name, last_timestamp IS NULL FROM leaf_id_catalog.leaf_worker ORDER BY worker_id}),
 	"7|someone-else|t",
 	'leaf_worker: row 7 still belongs to someone-else, no mark written, no row for this node');
 
@@ -57,7 +57,7 @@ $node->append_conf('postgresql.conf', "leaf_id.node_name = ''\nleaf_id.worker_id
 $node->restart;
 $r = try_sql($node, 'postgres', 'SELECT (leaf_snowflake_decode(leaf_snowflake_next())).worker_id');
 is($r->{out}, '8', 'a free configured worker id (8) is accepted') or diag $r->{err};
-is( $node->safe_psql('postgres', q{SELECT worker_id, node_name FROM leaf_worker ORDER BY worker_id}),
+is( $node->safe_psql('postgres', q{SELECT worker_id, node_name FROM leaf_id_catalog.leaf_worker ORDER BY worker_id}),
 	"7|someone-else\n8|$my_node",
 	'leaf_worker: 8 registered for this node, 7 unchanged');
 

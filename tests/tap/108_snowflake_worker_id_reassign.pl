@@ -44,10 +44,10 @@ issued_after_restart($node, 'INSERT INTO ids SELECT 2, leaf_snowflake_next()',
 	'phase 2: configured worker id 5', seconds => 15);
 is(snowflake_status($node, 'worker_id, worker_id_source'),
 	'5|setting', 'phase 2: worker id 5 from the setting');
-my $registry = $node->safe_psql('postgres', 'SELECT worker_id, node_name, last_timestamp FROM leaf_worker ORDER BY 1');
+my $registry = $node->safe_psql('postgres', 'SELECT worker_id, node_name, last_timestamp FROM leaf_id_catalog.leaf_worker ORDER BY 1');
 note "leaf_worker after the move:\n$registry";
 # README: the old row is not deleted but renamed released:<id>, with its mark
-is($node->safe_psql('postgres', 'SELECT worker_id, node_name FROM leaf_worker ORDER BY 1'),
+is($node->safe_psql('postgres', 'SELECT worker_id, node_name FROM leaf_id_catalog.leaf_worker ORDER BY 1'),
 	"0|released:0\n5|$first_node",
 	'phase 2: the old row of worker id 0 is kept as released:0, the node owns 5');
 cmp_ok(persisted_mark($node, 0), '>=', $p1_max_ms,
@@ -70,7 +70,7 @@ issued_after_restart($node,
 # the premise: the lagging node took over worker id 0 and inherited its mark
 is(snowflake_status($node, 'worker_id, worker_id_source'),
 	'0|leaf_worker', 'phase 3: the lagging node claimed worker id 0 (the released one)');
-is($node->safe_psql('postgres', 'SELECT node_name FROM leaf_worker WHERE worker_id = 0'),
+is($node->safe_psql('postgres', 'SELECT node_name FROM leaf_id_catalog.leaf_worker WHERE worker_id = 0'),
 	'lagging-node', 'phase 3: the row of worker id 0 now names the lagging node');
 is( snowflake_status(
 		$node, qq{(extract(epoch FROM restart_floor) * 1000)::bigint >= $p1_max_ms}),

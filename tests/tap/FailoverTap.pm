@@ -45,7 +45,7 @@ leaf_id.random_sequence_start = off
 } . ($extra // ''));
 	$primary->start;
 	$primary->safe_psql('postgres', 'CREATE EXTENSION leaf_id');
-	$primary->safe_psql('postgres', "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('order', 1000)");
+	$primary->safe_psql('postgres', "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('order', 1000)");
 	# a monitoring role: pg_monitor only (check_worker_activity)
 	$primary->safe_psql('postgres', 'CREATE ROLE leaf_watcher IN ROLE pg_monitor');
 	$primary->safe_psql('postgres', "SELECT pg_create_physical_replication_slot('$_')") for ('s1', 's2');

@@ -111,7 +111,7 @@ sub hostile_round
 			"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type LIKE 'leaf_id % worker'");
 	}
 	$node->safe_psql('postgres',
-		"INSERT INTO $qs.leaf_alloc (biz_tag, step) VALUES ('round$round', 10)");
+		"INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('round$round', 10)");
 	my $tags = join ', ', map { quote_literal($_) } HOSTILE_TAGS;
 	for my $n (@all)
 	{
@@ -128,7 +128,7 @@ SELECT count(DISTINCT $qs.leaf_snowflake_next()) FROM generate_series(1, 200);
 			"$label: every ID distinct on " . $n->name);
 	}
 	# renewals (every heartbeat) go on under the new name
-	my $beat = qq{SELECT max(heartbeat_at) FROM $qs.leaf_worker};
+	my $beat = qq{SELECT max(heartbeat_at) FROM leaf_id_catalog.leaf_worker};
 	my $before = $node->safe_psql('postgres', $beat);
 	sleep 3;
 	my $after = $node->safe_psql('postgres', $beat);

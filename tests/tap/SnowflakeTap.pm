@@ -131,7 +131,7 @@ sub persisted_mark
 {
 	my ($node, $worker_id) = @_;
 	return $node->safe_psql('postgres',
-		"SELECT last_timestamp FROM leaf_worker WHERE worker_id = $worker_id");
+		"SELECT last_timestamp FROM leaf_id_catalog.leaf_worker WHERE worker_id = $worker_id");
 }
 
 # Draw IDs for $phase into "ids" in $batches statements of $size IDs each,
@@ -186,7 +186,7 @@ sub ids_within_mark
 	my ($node, $worker_id) = @_;
 	return $node->safe_psql('postgres', qq{
 SELECT (SELECT max(id) FROM ids) >> 22
-       <= (SELECT last_timestamp FROM leaf_worker WHERE worker_id = $worker_id) - @{[LEAF_EPOCH_MS]}});
+       <= (SELECT last_timestamp FROM leaf_id_catalog.leaf_worker WHERE worker_id = $worker_id) - @{[LEAF_EPOCH_MS]}});
 }
 
 # A pgbench command line (for IPC::Run) running the script file $script

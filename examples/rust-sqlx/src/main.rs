@@ -21,7 +21,7 @@ async fn main() -> Result<(), sqlx::Error> {
     let pool = PgPoolOptions::new().max_connections(2).connect(&url).await?;
     for statement in [
         "CREATE EXTENSION IF NOT EXISTS leaf_id",
-        "INSERT INTO leaf_alloc (biz_tag, step) VALUES ('sqlx_order', 100) ON CONFLICT DO NOTHING",
+        "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('sqlx_order', 100) ON CONFLICT DO NOTHING",
         "DROP TABLE IF EXISTS sqlx_orders, sqlx_events",
         "CREATE TABLE sqlx_orders (id bigint PRIMARY KEY DEFAULT leaf_segment_next('sqlx_order'), item text NOT NULL)",
         "CREATE TABLE sqlx_events (id bigint PRIMARY KEY DEFAULT leaf_snowflake_next(), kind text NOT NULL)",

@@ -20,7 +20,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Set up once (an operator's step): the extension, a tag, a table.
     client.batch_execute(
         "CREATE EXTENSION IF NOT EXISTS leaf_id;
-         INSERT INTO leaf_alloc (biz_tag, step, description) VALUES ('invoice', 1000, 'invoice numbers')
+         INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, description) VALUES ('invoice', 1000, 'invoice numbers')
            ON CONFLICT (biz_tag) DO NOTHING;
          DROP TABLE IF EXISTS invoices;
          CREATE TABLE invoices (

@@ -140,7 +140,7 @@ impl Tag {
         let name = unique_name(prefix);
         client
             .execute(
-                "INSERT INTO leaf_alloc (biz_tag, step, description) VALUES ($1, $2, 'leaf_id client test')",
+                "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, description) VALUES ($1, $2, 'leaf_id client test')",
                 &[&name, &step],
             )
             .unwrap_or_else(|e| panic!("inserting tag {name}: {}", pg_err(&e)));
@@ -158,7 +158,7 @@ impl Drop for Tag {
             return;
         }
         if let Ok(mut c) = config("leaf_id_client_cleanup").connect(NoTls) {
-            let _ = c.execute("DELETE FROM leaf_alloc WHERE biz_tag = $1", &[&self.name]);
+            let _ = c.execute("DELETE FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = $1", &[&self.name]);
         }
     }
 }

@@ -311,7 +311,7 @@ fn segment_uncommitted_tag_rolled_back() {
         tx.batch_execute("SET LOCAL leaf_id.refill_timeout = '2s'")
             .unwrap();
         tx.execute(
-            "INSERT INTO leaf_alloc (biz_tag, step, description) VALUES ($1, 1000, 'uncommitted')",
+            "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, description) VALUES ($1, 1000, 'uncommitted')",
             &[&name],
         )
         .unwrap();
@@ -338,7 +338,7 @@ fn segment_uncommitted_tag_rolled_back() {
     let tag = Tag { name: name.clone() };
     admin
         .execute(
-            "INSERT INTO leaf_alloc (biz_tag, max_id, step, description) VALUES ($1, 500, 1000, 'committed')",
+            "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step, description) VALUES ($1, 500, 1000, 'committed')",
             &[&name],
         )
         .unwrap();

@@ -42,7 +42,7 @@ fn segment_missing_tag_error_names_own_tag() {
                 tx.batch_execute("SET LOCAL leaf_id.refill_timeout = '5s'")
                     .unwrap();
                 tx.execute(
-                    "INSERT INTO leaf_alloc (biz_tag, step) VALUES ($1, 10)",
+                    "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ($1, 10)",
                     &[&name],
                 )
                 .unwrap();
@@ -64,7 +64,7 @@ fn segment_missing_tag_error_names_own_tag() {
             } else {
                 // B: fresh committed tag, one draw, then delete it
                 c.execute(
-                    "INSERT INTO leaf_alloc (biz_tag, step) VALUES ($1, 10)",
+                    "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ($1, 10)",
                     &[&name],
                 )
                 .unwrap();
@@ -82,7 +82,7 @@ fn segment_missing_tag_error_names_own_tag() {
                         pg_err(&e)
                     )),
                 }
-                c.execute("DELETE FROM leaf_alloc WHERE biz_tag = $1", &[&name])
+                c.execute("DELETE FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = $1", &[&name])
                     .unwrap();
             }
         }

@@ -8,7 +8,7 @@ leaf_segment_adopt_sequence; see docs/orm.md.)"""
 from django.db import migrations
 
 TAGS = """
-INSERT INTO leaf_alloc (biz_tag, step, max_id, description) VALUES
+INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, max_id, description) VALUES
   ('order', 1000, 1000000, 'Django orders'), ('ticket', 1000, 5000000, 'Django tickets')
 ON CONFLICT (biz_tag) DO NOTHING;
 """

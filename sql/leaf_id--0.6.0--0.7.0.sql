@@ -1,0 +1,514 @@
+-- leaf_id 0.6.0 -> 0.7.0 (ALTER EXTENSION leaf_id UPDATE): the tables move
+-- into leaf_id_catalog, a schema the extension owns and only its owner may
+-- use, so that a role that may not write them cannot name them and queue a
+-- lock on them that holds up every refill, claim and renewal
+-- (tests/tap/086). The functions and views callers use stay where they are.
+-- The tables keep their rows, OIDs, constraints, comments and the
+-- operator's grants on them; a tag admin now also needs USAGE on the schema
+-- (docs/privileges.md). The superusers' functions whose bodies name the
+-- tables are re-created. After this script the catalog equals a fresh
+-- install of 0.7.0 (tests/tap/056_extension_upgrade.pl and 071 compare
+-- them; on Citus, tests/citus/218 runs it).
+
+\echo Use "ALTER EXTENSION leaf_id UPDATE TO '0.7.0'" to load this file. \quit
+
+-- The extension's schema keeps its name until the update ends (its
+-- pg_namespace row is locked): a non-superuser who owns it (public belongs to
+-- the database owner) cannot rename it and put look-alikes under its name
+-- while the names below are resolved.
+DO $leaf_id_pin$
+BEGIN
+    PERFORM 1 FROM pg_catalog.pg_namespace n
+      JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) n.oid
+     WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'
+       AND n.nspname OPERATOR(pg_catalog.=) (pg_catalog.parse_ident('@extschema@'))[1]
+       FOR SHARE OF n;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'the schema of leaf_id was renamed while ALTER EXTENSION ran' USING ERRCODE = '55000';
+    END IF;
+END
+$leaf_id_pin$;
+
+-- On Citus (see leaf_id--0.2.0--0.3.0.sql): each node alters its own table
+-- and its own shards, with Citus' DDL propagation off for the script.
+SELECT pg_catalog.set_config('leaf_id_update.ddl_propagation',
+                             pg_catalog.current_setting('citus.enable_ddl_propagation', true), true),
+       pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true)
+ WHERE pg_catalog.current_setting('citus.enable_ddl_propagation', true) IS NOT NULL;
+
+-- The tables live in a schema of their own, which the extension owns and
+-- only its owner may use: a role that may not write them cannot name them,
+-- so no statement of its (PREPARE, CREATE RULE, LOCK) can take or queue a
+-- lock on them before its privileges are checked, and so hold up the
+-- workers' refills, claims and renewals. Callers use the functions and
+-- views in @extschema@. An existing schema of this name is an error (42P06),
+-- never adopted.
+-- (What the installing role's default privileges would give on it is taken
+-- back by the privileges block at the end of the script.)
+CREATE SCHEMA leaf_id_catalog;
+COMMENT ON SCHEMA leaf_id_catalog IS
+  'leaf_id''s tables (leaf_alloc, leaf_worker, leaf_opaque_domain, leaf_alloc_encoding, leaf_alloc_tuning): the extension owner''s; grant USAGE and table privileges to tag admins only (docs/privileges.md).';
+
+-- (the tables' indexes, constraints and comments move with them; the
+-- operator's grants and pg_dump's config-table entries, which name them by
+-- OID, stay)
+ALTER TABLE @extschema@.leaf_alloc SET SCHEMA leaf_id_catalog;
+ALTER TABLE @extschema@.leaf_opaque_domain SET SCHEMA leaf_id_catalog;
+ALTER TABLE @extschema@.leaf_worker SET SCHEMA leaf_id_catalog;
+ALTER TABLE @extschema@.leaf_alloc_encoding SET SCHEMA leaf_id_catalog;
+ALTER TABLE @extschema@.leaf_alloc_tuning SET SCHEMA leaf_id_catalog;
+
+-- On Citus, this node's copies of the reference tables (their shards, which
+-- Citus finds by name in their table's schema) move too.
+DO $do$
+DECLARE
+    shard record;
+BEGIN
+    -- (two statements: a query naming pg_dist_partition fails to plan without Citus)
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM pg_catalog.set_config('citus.enable_manual_changes_to_shards', 'on', true),
+            pg_catalog.set_config('citus.override_table_visibility', 'off', true);
+    FOR shard IN
+        SELECT n.nspname, c.relname, c.oid AS reloid,
+                 c.relkind OPERATOR(pg_catalog.=) 'r' AND c.relowner OPERATOR(pg_catalog.=) e.extowner AND NOT c.relhastriggers
+                 AND NOT c.relhasrules AND NOT c.relrowsecurity AS plain
+          FROM pg_catalog.pg_dist_shard s
+          JOIN pg_catalog.pg_class t ON t.oid OPERATOR(pg_catalog.=) s.logicalrelid::pg_catalog.oid
+          JOIN pg_catalog.pg_namespace tn ON tn.oid OPERATOR(pg_catalog.=) t.relnamespace
+          JOIN pg_catalog.pg_extension e ON e.extname OPERATOR(pg_catalog.=) 'leaf_id'
+          JOIN pg_catalog.pg_class c
+            ON c.relnamespace OPERATOR(pg_catalog.=) e.extnamespace
+           AND c.relname OPERATOR(pg_catalog.=) (t.relname::pg_catalog.text OPERATOR(pg_catalog.||) '_'
+                                                 OPERATOR(pg_catalog.||) s.shardid::pg_catalog.text)
+          JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+         WHERE tn.nspname OPERATOR(pg_catalog.=) 'leaf_id_catalog'
+           AND t.relname OPERATOR(pg_catalog.=) ANY (ARRAY['leaf_alloc', 'leaf_opaque_domain', 'leaf_worker',
+                                                           'leaf_alloc_encoding', 'leaf_alloc_tuning']::pg_catalog.name[])
+    LOOP
+        -- this node's copy, found by name (the schema's owner may drop a shard
+        -- and make a look-alike with a trigger): the extension owner's plain
+        -- table without triggers, rules or row security, locked under its name
+        IF NOT shard.plain THEN
+            RAISE EXCEPTION 'leaf_id: %.% is not the extension owner''s plain table without triggers, rules or row security',
+                shard.nspname, shard.relname USING ERRCODE = '42501';
+        END IF;
+        EXECUTE pg_catalog.format('LOCK TABLE %I.%I IN ACCESS EXCLUSIVE MODE', shard.nspname, shard.relname);
+        IF pg_catalog.to_regclass(pg_catalog.format('%I.%I', shard.nspname, shard.relname))::pg_catalog.oid IS DISTINCT FROM shard.reloid::pg_catalog.oid THEN
+            RAISE EXCEPTION 'leaf_id: %.% changed while the update ran', shard.nspname, shard.relname USING ERRCODE = '55000';
+        END IF;
+        EXECUTE pg_catalog.format('ALTER TABLE %I.%I SET SCHEMA leaf_id_catalog', shard.nspname, shard.relname);
+    END LOOP;
+END
+$do$;
+
+-- as a fresh install of 0.7.0 has them: the superusers' functions name the
+-- tables in leaf_id_catalog
+CREATE OR REPLACE FUNCTION leaf_snowflake_release_worker_id(worker_id integer) RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    id ALIAS FOR $1;
+    owner text;
+    pinned bigint[];
+    holder bigint;
+    needed bigint[];
+    listed bigint[];
+    active bigint[];
+BEGIN
+    -- superusers only, whatever was granted
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER) THEN
+        RAISE EXCEPTION 'permission denied for function leaf_snowflake_release_worker_id'
+            USING ERRCODE = '42501', HINT = 'Only superusers may release a snowflake worker id.';
+    END IF;
+    -- The extension's schema keeps its name until this transaction ends (its
+    -- pg_namespace row is locked), and it is the name this body was written
+    -- with: every @extschema@ name below is the extension's object, even when
+    -- a non-superuser owns the schema (public: the database owner). (Inline
+    -- in each function: a helper would itself be called by name.)
+    PERFORM 1 FROM pg_catalog.pg_namespace n
+      JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) n.oid
+     WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'
+       AND n.nspname OPERATOR(pg_catalog.=) (pg_catalog.parse_ident('@extschema@'))[1]
+       FOR SHARE OF n;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'leaf_id''s schema is no longer named @extschema@' USING ERRCODE = '55000',
+            HINT = 'Its functions name it: rename it back (ALTER SCHEMA ... RENAME TO @extschema@).';
+    END IF;
+    IF id IS NULL THEN
+        RAISE EXCEPTION 'worker_id must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF id < 0 OR id > 1023 THEN
+        RAISE EXCEPTION 'worker_id % is out of range', id
+            USING ERRCODE = '22023', DETAIL = 'Snowflake worker ids are 0 to 1023.';
+    END IF;
+    -- the row lock makes a concurrent release or claim wait for this one
+    SELECT w.node_name, w.copies, w.holder_copy INTO owner, pinned, holder
+      FROM leaf_id_catalog.leaf_worker w WHERE w.worker_id = id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'snowflake worker id % is not in leaf_worker', id USING ERRCODE = '42704';
+    END IF;
+    IF pg_catalog.starts_with(owner, 'released:') THEN
+        RAISE EXCEPTION 'snowflake worker id % is already released', id USING ERRCODE = '55000';
+    END IF;
+    -- On Citus the holder's renewals count a majority of the copies pinned in
+    -- its row, whatever this node's metadata lists now. The release (written
+    -- through Citus: every active copy listed here) must reach every pinned
+    -- copy but the holder's own, or it may miss every copy of a majority the
+    -- holder still renews on (nodes removed or disabled on one side of a
+    -- partition). A row not pinned yet (from 0.2.0) counts every copy listed.
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_placement') IS NOT NULL THEN
+        SELECT pg_catalog.array_agg(p.groupid::pg_catalog.int8),
+               pg_catalog.array_agg(p.groupid::pg_catalog.int8) FILTER (WHERE n.isactive)
+          INTO listed, active
+          FROM pg_catalog.pg_dist_shard s
+          JOIN pg_catalog.pg_dist_placement p ON p.shardid = s.shardid
+          JOIN pg_catalog.pg_dist_node n ON n.groupid = p.groupid AND n.noderole = 'primary'
+         WHERE s.logicalrelid = 'leaf_id_catalog.leaf_worker'::pg_catalog.regclass;
+        needed := CASE WHEN pinned IS NULL THEN listed
+                       WHEN pg_catalog.cardinality(pinned) >= 2 THEN pg_catalog.array_remove(pinned, holder)
+                       ELSE pinned END;
+        IF NOT (COALESCE(needed, '{}') OPERATOR(pg_catalog.<@) COALESCE(active, '{}')) THEN
+            RAISE EXCEPTION 'cannot release snowflake worker id %: the copies of leaf_worker that its holder''s lease counts are not all on active nodes here', id
+                USING ERRCODE = '55000',
+                      DETAIL = pg_catalog.format('The release must reach the copies on the nodes of Citus groups %s; the active nodes here are groups %s.',
+                                                 needed, COALESCE(active, '{}')),
+                      HINT = 'Activate the nodes (citus_activate_node) or add them back. A node removed while it may still run keeps its id.';
+        END IF;
+    END IF;
+    -- Rename only: the row and its mark stay for the next owner, which so
+    -- cannot reissue this id's IDs; the live owner's renewal then matches no
+    -- row and it claims again. The owner token goes: nobody holds the id.
+    -- Every copy written must still have the owner and the pin read here
+    -- (a copy whose holder moved its pin since fails the release).
+    UPDATE leaf_id_catalog.leaf_worker w
+       SET node_name = CASE WHEN w.node_name = owner AND w.copies IS NOT DISTINCT FROM pinned
+                                 AND w.holder_copy IS NOT DISTINCT FROM holder
+                            THEN 'released:' OPERATOR(pg_catalog.||) id::text
+                            ELSE @extschema@.leaf_id_worker_row_conflict(w.worker_id, w.node_name, w.owner_token)::text END,
+           owner_token = NULL
+     WHERE w.worker_id = id;
+    RETURN owner;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION leaf_segment_adopt_sequence(seq regclass, tag text, step integer DEFAULT 1000) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    adopted record;
+    first_id bigint;
+    seq_max bigint;
+BEGIN
+    -- The extension's schema keeps its name until this transaction ends (its
+    -- pg_namespace row is locked), and it is the name this body was written
+    -- with: every @extschema@ name below is the extension's object, even when
+    -- a non-superuser owns the schema (public: the database owner). (Inline
+    -- in each function: a helper would itself be called by name.)
+    PERFORM 1 FROM pg_catalog.pg_namespace n
+      JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) n.oid
+     WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'
+       AND n.nspname OPERATOR(pg_catalog.=) (pg_catalog.parse_ident('@extschema@'))[1]
+       FOR SHARE OF n;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'leaf_id''s schema is no longer named @extschema@' USING ERRCODE = '55000',
+            HINT = 'Its functions name it: rename it back (ALTER SCHEMA ... RENAME TO @extschema@).';
+    END IF;
+    IF tag IS NULL OR step IS NULL THEN
+        RAISE EXCEPTION 'tag and step must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.char_length(tag) NOT BETWEEN 1 AND 128 THEN
+        RAISE EXCEPTION 'a leaf_id tag has 1 to 128 characters' USING ERRCODE = '22023';
+    END IF;
+    IF step < 1 THEN
+        RAISE EXCEPTION 'step must be at least 1, not %', step USING ERRCODE = '22023';
+    END IF;
+    IF EXISTS (SELECT 1 FROM leaf_id_catalog.leaf_alloc a WHERE a.biz_tag = tag) THEN
+        RAISE EXCEPTION 'leaf_id tag "%" already exists in leaf_alloc', tag
+            USING ERRCODE = '42710',
+                  HINT = 'Adopt the sequence under a new tag, or switch the default yourself to leaf_segment_next() of the existing tag after raising its max_id above the column''s values.';
+    END IF;
+    -- the sequence's own bound, before the adoption freezes it
+    SELECT s.seqmax INTO seq_max FROM pg_catalog.pg_sequence s WHERE s.seqrelid = seq;
+    SELECT * INTO adopted FROM @extschema@.leaf_id_adopt_sequence(
+        seq, pg_catalog.format('%I.leaf_segment_next(%L::text)', (SELECT n.nspname FROM pg_catalog.pg_extension e
+                   JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'leaf_id'), tag), true);
+    IF adopted.largest = 9223372036854775807 THEN
+        RAISE EXCEPTION 'sequence % has reached the largest bigint', seq USING ERRCODE = '2200H';
+    END IF;
+    first_id := pg_catalog.int8larger(adopted.largest + 1, 1);
+    -- the tag issues nothing its column cannot hold, nor above the
+    -- sequence's MAXVALUE (max_value: 2200H instead of 22003 at the insert)
+    seq_max := pg_catalog.int8smaller(seq_max,
+        CASE WHEN adopted.column_type = 'pg_catalog.int2'::pg_catalog.regtype THEN 32767
+             WHEN adopted.column_type = 'pg_catalog.int4'::pg_catalog.regtype THEN 2147483647
+             ELSE 9223372036854775807 END);
+    -- a concurrent adoption of the same tag fails here with 23505
+    INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step, description, max_value)
+    VALUES (tag, first_id, step, pg_catalog.format('adopted from sequence %s of %s.%I',
+                                                   seq, adopted.owner_table, adopted.owner_column),
+            NULLIF(seq_max, 9223372036854775807));
+    RETURN first_id;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION leaf_opaque_create(name text, bits integer DEFAULT 63) RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    domain ALIAS FOR $1;
+    width ALIAS FOR $2;
+BEGIN
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER) THEN
+        RAISE EXCEPTION 'permission denied for function leaf_opaque_create'
+            USING ERRCODE = '42501', HINT = 'Only superusers may create an opaque domain.';
+    END IF;
+    -- The extension's schema keeps its name until this transaction ends (its
+    -- pg_namespace row is locked), and it is the name this body was written
+    -- with: every @extschema@ name below is the extension's object, even when
+    -- a non-superuser owns the schema (public: the database owner). (Inline
+    -- in each function: a helper would itself be called by name.)
+    PERFORM 1 FROM pg_catalog.pg_namespace n
+      JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) n.oid
+     WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'
+       AND n.nspname OPERATOR(pg_catalog.=) (pg_catalog.parse_ident('@extschema@'))[1]
+       FOR SHARE OF n;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'leaf_id''s schema is no longer named @extschema@' USING ERRCODE = '55000',
+            HINT = 'Its functions name it: rename it back (ALTER SCHEMA ... RENAME TO @extschema@).';
+    END IF;
+    IF domain IS NULL OR width IS NULL THEN
+        RAISE EXCEPTION 'the name and the width of an opaque domain must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.char_length(domain) NOT BETWEEN 1 AND 128 THEN
+        RAISE EXCEPTION 'an opaque domain name is 1 to 128 characters long; this one has %',
+            pg_catalog.char_length(domain) USING ERRCODE = '22023';
+    END IF;
+    -- 20 bits at least: 2^20 is the first power of two above the 10^6
+    -- values NIST's revision of SP 800-38G asks of an FF1 domain; below it a
+    -- domain is a small codebook (docs/opaque-ids.md, "Widths")
+    IF width NOT BETWEEN 20 AND 63 THEN
+        RAISE EXCEPTION 'the width of an opaque domain is 20 to 63 bits; % was given', width
+            USING ERRCODE = '22023', HINT = '63 (the default) covers every non-negative bigint; 53 keeps IDs exact in JavaScript numbers; below 20 bits a guess hits an issued ID too often.';
+    END IF;
+    -- On Citus the row goes to every node. An INSERT ... VALUES would carry
+    -- the key as a literal of the remote command (in the nodes'
+    -- pg_stat_activity, which pg_read_all_stats and so pg_monitor read, and
+    -- in any log of statements); an INSERT ... SELECT is sent as a COPY, the
+    -- key in its binary data. Nor may the commands reach a log from here (a
+    -- database owner may ALTER DATABASE ... SET citus.log_remote_commands, a
+    -- user setting; confined to this call by the SET clause above).
+    IF pg_catalog.current_setting('citus.log_remote_commands', true) IS NOT NULL THEN
+        PERFORM pg_catalog.set_config('citus.log_remote_commands', 'off', true),
+                pg_catalog.set_config('citus.log_local_commands', 'off', true);
+    END IF;
+    BEGIN
+        INSERT INTO leaf_id_catalog.leaf_opaque_domain (name, bits, key)
+        SELECT domain, width, @extschema@.leaf_id_random_key();
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'opaque domain "%" already exists', domain USING ERRCODE = '42710';
+    END;
+    RETURN domain;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION leaf_opaque_drop(name text) RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    domain ALIAS FOR $1;
+    users text[];
+BEGIN
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER) THEN
+        RAISE EXCEPTION 'permission denied for function leaf_opaque_drop'
+            USING ERRCODE = '42501', HINT = 'Only superusers may drop an opaque domain.';
+    END IF;
+    -- The extension's schema keeps its name until this transaction ends (its
+    -- pg_namespace row is locked), and it is the name this body was written
+    -- with: every @extschema@ name below is the extension's object, even when
+    -- a non-superuser owns the schema (public: the database owner). (Inline
+    -- in each function: a helper would itself be called by name.)
+    PERFORM 1 FROM pg_catalog.pg_namespace n
+      JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) n.oid
+     WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id'
+       AND n.nspname OPERATOR(pg_catalog.=) (pg_catalog.parse_ident('@extschema@'))[1]
+       FOR SHARE OF n;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'leaf_id''s schema is no longer named @extschema@' USING ERRCODE = '55000',
+            HINT = 'Its functions name it: rename it back (ALTER SCHEMA ... RENAME TO @extschema@).';
+    END IF;
+    IF domain IS NULL THEN
+        RAISE EXCEPTION 'the name of an opaque domain must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    -- the row lock makes a concurrent drop wait; a tag's row names it
+    PERFORM 1 FROM leaf_id_catalog.leaf_opaque_domain d WHERE d.name OPERATOR(pg_catalog.=) domain FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'opaque domain "%" does not exist', domain USING ERRCODE = '42704';
+    END IF;
+    SELECT pg_catalog.array_agg(a.biz_tag ORDER BY a.biz_tag) INTO users
+      FROM leaf_id_catalog.leaf_alloc a WHERE a.opaque_domain OPERATOR(pg_catalog.=) domain;
+    IF users IS NOT NULL THEN
+        RAISE EXCEPTION 'opaque domain "%" is used by tags %', domain, users
+            USING ERRCODE = '2BP01', DETAIL = 'Its key decodes the IDs those tags issued.';
+    END IF;
+    DELETE FROM leaf_id_catalog.leaf_opaque_domain d WHERE d.name OPERATOR(pg_catalog.=) domain;
+    RETURN domain;
+END
+$fn$;
+
+
+-- Privileges (docs/privileges.md). Every install and update script ends
+-- with this block, the same text in each, so that every path ends with the
+-- same privileges (tests/tap/071 compares them under hostile default
+-- privileges) and an update keeps what the operator granted or revoked:
+--  1. What the scripts gave beyond the list below is taken back: all an
+--     object made by this install or update has (ALTER DEFAULT PRIVILEGES of
+--     the installing role add to it, for PUBLIC and pg_monitor too), and
+--     what earlier scripts left (pg_init_privs). Grants made after an
+--     install or update (the operator's: a decode grant, a tag admin) are in
+--     neither and stay.
+--  2. What the list has and the scripts did not give (new objects; default
+--     privileges that took EXECUTE from PUBLIC) is granted; what the
+--     operator revoked since stays revoked. The owner keeps all.
+-- The list: drawing and decoding snowflake IDs is open to PUBLIC, as a
+-- column default needs (REVOKE EXECUTE ... FROM PUBLIC to restrict it), and
+-- leaf_opaque_grant checks its caller itself. What shows tag names, ranges
+-- and the worker registry is for pg_monitor, as pg_stat_* details. The
+-- tables and their schema (leaf_id_catalog: USAGE too), encoding and
+-- decoding, and everything that changes state are the superuser's unless
+-- granted. (The names are quoted by the server.)
+DO $leaf_id_acl$
+DECLARE
+    stmt text;
+BEGIN
+    FOR stmt IN
+        WITH intended (classid, objid, grantee, privilege) AS (
+            SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass, f::pg_catalog.oid, 0::pg_catalog.oid, 'EXECUTE'
+              FROM pg_catalog.unnest(ARRAY[
+                  '@extschema@.leaf_segment_next(text)'::pg_catalog.regprocedure,
+                  '@extschema@.leaf_segment_next(text, integer)',
+                  '@extschema@.leaf_snowflake_next()',
+                  '@extschema@.leaf_snowflake_next(integer)',
+                  '@extschema@.leaf_snowflake_decode(bigint)',
+                  '@extschema@.leaf_snowflake_decode(bigint, bigint)',
+                  '@extschema@.leaf_snowflake_min_id(timestamp with time zone)',
+                  '@extschema@.leaf_snowflake_min_id(timestamp with time zone, bigint)',
+                  '@extschema@.leaf_opaque_grant(text, text, bigint)']) f
+            UNION ALL
+            SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass, f::pg_catalog.oid,
+                   'pg_monitor'::pg_catalog.regrole::pg_catalog.oid, 'EXECUTE'
+              FROM pg_catalog.unnest(ARRAY[
+                  '@extschema@.leaf_segment_status()'::pg_catalog.regprocedure,
+                  '@extschema@.leaf_snowflake_status()',
+                  '@extschema@.leaf_id_worker_status()']) f
+            UNION ALL
+            SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, v::pg_catalog.oid,
+                   'pg_monitor'::pg_catalog.regrole::pg_catalog.oid, 'SELECT'
+              FROM pg_catalog.unnest(ARRAY[
+                  '@extschema@.leaf_segment_status'::pg_catalog.regclass,
+                  '@extschema@.leaf_snowflake_status',
+                  '@extschema@.leaf_id_worker_status',
+                  '@extschema@.leaf_opaque_domains']) v
+        ), member AS (
+            SELECT d.classid, d.objid,
+                   CASE WHEN p.oid IS NOT NULL THEN 'FUNCTION'
+                        WHEN ns.oid IS NOT NULL THEN 'SCHEMA' ELSE 'TABLE' END AS kind,
+                   CASE WHEN p.oid IS NOT NULL THEN d.objid::pg_catalog.regprocedure::pg_catalog.text
+                        WHEN ns.oid IS NOT NULL THEN pg_catalog.quote_ident(ns.nspname::pg_catalog.text)
+                        ELSE d.objid::pg_catalog.regclass::pg_catalog.text END AS name,
+                   COALESCE(p.proowner, c.relowner, ns.nspowner) AS owner,
+                   COALESCE(p.proacl, c.relacl, ns.nspacl,
+                            pg_catalog.acldefault(t.objtype, COALESCE(p.proowner, c.relowner, ns.nspowner))) AS acl,
+                   -- made by this install or update (its membership is of
+                   -- this transaction): all it has is the scripts'; else
+                   -- what the earlier scripts left (no row: the default)
+                   CASE WHEN d.xmin OPERATOR(pg_catalog.=) pg_catalog.xid(pg_catalog.pg_current_xact_id())
+                        THEN COALESCE(p.proacl, c.relacl, ns.nspacl,
+                                      pg_catalog.acldefault(t.objtype, COALESCE(p.proowner, c.relowner, ns.nspowner)))
+                        ELSE COALESCE(i.initprivs,
+                                      pg_catalog.acldefault(t.objtype, COALESCE(p.proowner, c.relowner, ns.nspowner))) END AS initial,
+                   t.objtype
+              FROM pg_catalog.pg_depend d
+              LEFT JOIN pg_catalog.pg_proc p
+                ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+               AND p.oid OPERATOR(pg_catalog.=) d.objid
+              LEFT JOIN pg_catalog.pg_class c
+                ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+               AND c.oid OPERATOR(pg_catalog.=) d.objid
+              LEFT JOIN pg_catalog.pg_namespace ns
+                ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_namespace'::pg_catalog.regclass
+               AND ns.oid OPERATOR(pg_catalog.=) d.objid
+              CROSS JOIN LATERAL (SELECT (CASE WHEN p.oid IS NOT NULL THEN 'f'
+                                               WHEN ns.oid IS NOT NULL THEN 'n' ELSE 'r' END)::"char" AS objtype) t
+              LEFT JOIN pg_catalog.pg_init_privs i
+                ON i.classoid OPERATOR(pg_catalog.=) d.classid AND i.objoid OPERATOR(pg_catalog.=) d.objid
+               AND i.objsubid OPERATOR(pg_catalog.=) 0
+             WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+               AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e
+                                                       WHERE e.extname OPERATOR(pg_catalog.=) 'leaf_id')
+               AND d.deptype OPERATOR(pg_catalog.=) 'e'
+               AND (p.oid IS NOT NULL OR ns.oid IS NOT NULL
+                    OR c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p', 'v', 'm']::pg_catalog."char"[]))
+        ), initial AS (
+            SELECT m.*, a.grantee, a.privilege_type
+              FROM member m CROSS JOIN LATERAL pg_catalog.aclexplode(m.initial) a
+        ), current AS (
+            SELECT m.classid, m.objid, a.grantee, a.privilege_type
+              FROM member m CROSS JOIN LATERAL pg_catalog.aclexplode(m.acl) a
+        )
+        -- 1. script-made, still there, not on the list
+        SELECT pg_catalog.format('REVOKE %s ON %s %s FROM %s', g.privilege_type, g.kind, g.name,
+                                 CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                                      ELSE pg_catalog.quote_ident(r.rolname) END)
+          FROM initial g
+          LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) g.grantee
+         WHERE g.grantee OPERATOR(pg_catalog.<>) g.owner
+           AND EXISTS (SELECT 1 FROM current c
+                        WHERE c.classid OPERATOR(pg_catalog.=) g.classid AND c.objid OPERATOR(pg_catalog.=) g.objid
+                          AND c.grantee OPERATOR(pg_catalog.=) g.grantee
+                          AND c.privilege_type OPERATOR(pg_catalog.=) g.privilege_type)
+           AND NOT EXISTS (SELECT 1 FROM intended w
+                            WHERE w.classid OPERATOR(pg_catalog.=) g.classid AND w.objid OPERATOR(pg_catalog.=) g.objid
+                              AND w.grantee OPERATOR(pg_catalog.=) g.grantee
+                              AND w.privilege OPERATOR(pg_catalog.=) g.privilege_type)
+        UNION ALL
+        -- 2. on the list, not given by the scripts
+        SELECT pg_catalog.format('GRANT %s ON %s %s TO %s', w.privilege, m.kind, m.name,
+                                 CASE WHEN w.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                                      ELSE pg_catalog.quote_ident(r.rolname) END)
+          FROM intended w
+          JOIN member m ON m.classid OPERATOR(pg_catalog.=) w.classid AND m.objid OPERATOR(pg_catalog.=) w.objid
+          LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) w.grantee
+         WHERE NOT EXISTS (SELECT 1 FROM initial g
+                            WHERE g.classid OPERATOR(pg_catalog.=) w.classid AND g.objid OPERATOR(pg_catalog.=) w.objid
+                              AND g.grantee OPERATOR(pg_catalog.=) w.grantee
+                              AND g.privilege_type OPERATOR(pg_catalog.=) w.privilege)
+        UNION ALL
+        -- the owner keeps all: granted only where it lacks some (every GRANT
+        -- or REVOKE in a script also writes the object's whole ACL, the
+        -- operator's grants with it, into pg_init_privs, and pg_dump leaves
+        -- out what pg_init_privs has)
+        SELECT pg_catalog.format('GRANT ALL ON %s %s TO %I', m.kind, m.name, r.rolname)
+          FROM member m JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) m.owner
+         WHERE EXISTS (SELECT 1
+                         FROM pg_catalog.aclexplode(pg_catalog.acldefault(m.objtype, m.owner)) d
+                        WHERE d.grantee OPERATOR(pg_catalog.=) m.owner
+                          AND NOT EXISTS (SELECT 1 FROM current c
+                                           WHERE c.classid OPERATOR(pg_catalog.=) m.classid
+                                             AND c.objid OPERATOR(pg_catalog.=) m.objid
+                                             AND c.grantee OPERATOR(pg_catalog.=) m.owner
+                                             AND c.privilege_type OPERATOR(pg_catalog.=) d.privilege_type))
+    LOOP
+        EXECUTE stmt;
+    END LOOP;
+END
+$leaf_id_acl$;
+
+SELECT pg_catalog.set_config('citus.enable_ddl_propagation',
+                             pg_catalog.current_setting('leaf_id_update.ddl_propagation'), true)
+ WHERE pg_catalog.current_setting('leaf_id_update.ddl_propagation', true) IS NOT NULL;
