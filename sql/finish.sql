@@ -268,6 +268,7 @@ DECLARE
     adopted record;
     first_id bigint;
     seq_max bigint;
+    drawers text;
 BEGIN
     -- The extension's schema keeps its name until this transaction ends (its
     -- pg_namespace row is locked), and it is the name this body was written
@@ -317,6 +318,21 @@ BEGIN
     VALUES (tag, first_id, step, pg_catalog.format('adopted from sequence %s of %s.%I',
                                                    seq, adopted.owner_table, adopted.owner_column),
             NULLIF(seq_max, 9223372036854775807));
+    -- nextval on the sequence needed USAGE or UPDATE on it; the tag has no
+    -- draw_role, so every role that may run leaf_segment_next draws it
+    -- (and can burn an integer column's space): say so, and who had it
+    IF NOT pg_catalog.has_sequence_privilege('public', seq, 'USAGE')
+       AND NOT pg_catalog.has_sequence_privilege('public', seq, 'UPDATE') THEN
+        SELECT pg_catalog.string_agg(DISTINCT r.rolname::pg_catalog.text, ', ')
+          INTO drawers
+          FROM pg_catalog.pg_class c
+         CROSS JOIN LATERAL pg_catalog.aclexplode(COALESCE(c.relacl, pg_catalog.acldefault('s', c.relowner))) a
+          JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
+         WHERE c.oid = seq AND a.privilege_type IN ('USAGE', 'UPDATE');
+        RAISE WARNING 'every role that may run leaf_segment_next may now draw leaf_id tag "%"; nextval on sequence % needed USAGE or UPDATE (held by: %)',
+            tag, seq, COALESCE(drawers, 'nobody but superusers')
+            USING HINT = pg_catalog.format('To keep it to them, give the tag a draw_role they are members of: UPDATE leaf_id_catalog.leaf_alloc SET draw_role = ''...'' WHERE biz_tag = %L; then SELECT leaf_id_reset_cache().', tag);
+    END IF;
     RETURN first_id;
 END
 $fn$;

@@ -10,6 +10,11 @@ use pgrx::prelude::*;
 pub const WORKER_LOCK_TIMEOUT: &str = "5s";
 pub const WORKER_LOCK_TIMEOUT_C: &std::ffi::CStr = c"5s";
 
+/// What a caller whose wait ran out is told when the job it waited for
+/// was retried after lock contention (`JobError::is_contention`).
+pub const CONTENTION_NOTE: &str = "the worker's last try waited longer than its lock_timeout (5s) for a lock \
+     that another transaction holds on leaf_id's tables (or was canceled for one), and it retries; see pg_locks";
+
 /// An error from a job, handed to the callers waiting for it.
 #[derive(Debug)]
 pub struct JobError {
@@ -34,32 +39,24 @@ impl JobError {
         self.sqlstate == code_of(PgSqlErrorCode::ERRCODE_QUERY_CANCELED)
     }
 
-    /// The SQLSTATE and message the callers waiting for the job get: the
-    /// error's own, but a cancel of the worker's statement is `55P03`
-    /// (the job did not deliver, as when a caller's wait times out).
+    /// The SQLSTATE and message the callers waiting for the job get. Never
+    /// called for contention, which is retried (`is_contention`): a
+    /// caller told 57014 would take it for its own cancel, and a lock
+    /// timeout is about a statement it did not run.
     pub(crate) fn for_callers(&self) -> (i32, String) {
-        if self.is_worker_canceled() {
-            (
-                code_of(PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE),
-                format!(
-                    "the leaf_id background worker's statement was canceled ({}); it retries",
-                    self.message.lines().next().unwrap_or("").trim_end()
-                ),
-            )
-        } else if self.is_worker_lock_timeout() {
-            // (the message is about the worker's statement, which the
-            // caller did not run)
-            (
-                self.sqlstate,
-                format!(
-                    "the leaf_id background worker waited longer than its lock_timeout ({}) for a lock that another transaction holds on leaf_id's tables ({}); see pg_locks",
-                    WORKER_LOCK_TIMEOUT,
-                    self.message.lines().next().unwrap_or("").trim_end()
-                ),
-            )
-        } else {
-            (self.sqlstate, self.message.clone())
-        }
+        debug_assert!(!self.is_contention());
+        (self.sqlstate, self.message.clone())
+    }
+
+    /// Lock contention on leaf_id's tables: the worker's own statement
+    /// canceled (by Citus for a lock it needs, or pg_cancel_backend) or
+    /// ended by the worker's own `lock_timeout` (another job holding the
+    /// row, on Citus a node's refill or claim through the shard). The job is
+    /// retried: the callers wait on for it, up to their own
+    /// `leaf_id.refill_timeout`, and are told what it waited for only when
+    /// that runs out.
+    pub(crate) fn is_contention(&self) -> bool {
+        self.is_worker_canceled() || self.is_worker_lock_timeout()
     }
 
     /// Did the worker's own `lock_timeout` end its statement?

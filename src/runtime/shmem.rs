@@ -132,6 +132,9 @@ pub struct DbSlot {
     pub cv: UnsafeCell<pg_sys::ConditionVariable>,
     pub snowflake_state: AtomicU32,
     pub snowflake_lease_wanted: AtomicBool,
+    /// The last claim or renewal ended in lock contention and is retried
+    /// (`JobError::is_contention`); cleared by one that works.
+    pub snowflake_contention: AtomicBool,
     pub worker_id: AtomicI32,
     /// 0 = from leaf_id.worker_id, 1 = claimed from leaf_worker
     pub worker_id_from_registry: AtomicBool,
@@ -244,6 +247,9 @@ pub struct TagSlot {
     pub pair: SegmentPair,
     pub refill_requested: AtomicBool,
     pub refill_in_flight: AtomicBool,
+    /// The last refill ended in lock contention and is retried
+    /// (`JobError::is_contention`); cleared by a refill that works.
+    pub contention: AtomicBool,
     pub dynamic_step: AtomicI64,
     pub table_step: AtomicI64,
     pub refills: AtomicU64,
@@ -766,6 +772,7 @@ impl Shared {
             .store(SnowflakeState::NotRequested as u32, SeqCst);
         db.worker_id.store(-1, SeqCst);
         db.snowflake_lease_wanted.store(false, SeqCst);
+        db.snowflake_contention.store(false, SeqCst);
         db.generator.clear();
         // the owner first, then the count: a backend that read the count
         // before it (and the old owner after) sees the count move
@@ -888,6 +895,7 @@ impl Shared {
         slot.refills.store(0, SeqCst);
         slot.waits.store(0, SeqCst);
         slot.refill_in_flight.store(false, SeqCst);
+        slot.contention.store(false, SeqCst);
         slot.refill_requested.store(true, SeqCst);
         slot.encoding.clear();
         slot.draw_role.store(0, SeqCst);

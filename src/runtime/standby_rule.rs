@@ -136,6 +136,31 @@ pub fn verdict(rule: &SlotRule, slots: &[SlotState], commit_end: u64) -> Verdict
     }
 }
 
+/// A rule that finds no physical slot to wait for: `*` on a server with no
+/// permanent physical slot (every commit is confirmed without any standby),
+/// or names none that is a physical slot here (every commit waits for them
+/// and fails). None when the rule finds one, or is off.
+pub fn no_physical_slot(rule: &SlotRule, slots: &[SlotState]) -> Option<NoSlot> {
+    match rule {
+        SlotRule::Off => None,
+        SlotRule::EveryPhysical => (!slots.iter().any(|s| s.physical && !s.temporary))
+            .then_some(NoSlot::NoneToWaitFor),
+        SlotRule::Named(names) => (!names
+            .iter()
+            .any(|n| slots.iter().any(|s| &s.name == n && s.physical)))
+        .then_some(NoSlot::NoneNamedExists),
+    }
+}
+
+/// What `no_physical_slot` found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoSlot {
+    /// `*`, and no permanent physical slot: nothing is waited for.
+    NoneToWaitFor,
+    /// Named slots, none of them a physical slot here: nothing confirms.
+    NoneNamedExists,
+}
+
 /// `X/Y` as PostgreSQL prints an LSN.
 pub fn parse_lsn(text: &str) -> Option<u64> {
     let (hi, lo) = text.split_once('/')?;
@@ -192,6 +217,47 @@ mod tests {
             temporary: false,
             flushed,
         }
+    }
+
+    #[test]
+    fn finds_rules_without_a_physical_slot() {
+        let logical = SlotState {
+            name: "l".into(),
+            physical: false,
+            temporary: false,
+            flushed: None,
+        };
+        let temporary = SlotState {
+            name: "t".into(),
+            physical: true,
+            temporary: true,
+            flushed: Some(5),
+        };
+        let none: Vec<SlotState> = Vec::new();
+        assert_eq!(no_physical_slot(&SlotRule::Off, &none), None);
+        assert_eq!(
+            no_physical_slot(&SlotRule::EveryPhysical, &none),
+            Some(NoSlot::NoneToWaitFor)
+        );
+        // a logical or temporary slot is no standby's
+        assert_eq!(
+            no_physical_slot(&SlotRule::EveryPhysical, &[logical.clone(), temporary.clone()]),
+            Some(NoSlot::NoneToWaitFor)
+        );
+        assert_eq!(
+            no_physical_slot(&SlotRule::EveryPhysical, &[logical.clone(), slot("s1", None)]),
+            None
+        );
+        let named = SlotRule::Named(vec!["s1".into(), "l".into()]);
+        assert_eq!(
+            no_physical_slot(&named, &[logical.clone()]),
+            Some(NoSlot::NoneNamedExists)
+        );
+        assert_eq!(no_physical_slot(&named, &[logical, slot("s1", Some(1))]), None);
+        assert_eq!(
+            no_physical_slot(&SlotRule::Named(vec!["s9".into()]), &[slot("s1", Some(1))]),
+            Some(NoSlot::NoneNamedExists)
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 use crate::runtime::job::{JobError, spi_err};
 use crate::runtime::shmem::Role;
-use crate::runtime::standby_rule::{self, SlotRule, SlotState, Verdict};
+use crate::runtime::standby_rule::{self, NoSlot, SlotRule, SlotState, Verdict};
 use crate::runtime::worker_sql;
 use pgrx::pg_sys;
 use pgrx::pg_sys::panic::CaughtError;
@@ -134,6 +134,41 @@ pub(crate) fn note_synchronous_commit(waiting: bool) {
     }
 }
 
+thread_local! {
+    /// The rule this worker last warned finds no physical slot (once per
+    /// rule, and again after one that found a slot).
+    static WARNED_RULE: std::cell::RefCell<Option<SlotRule>> = const { std::cell::RefCell::new(None) };
+}
+
+/// A WARNING when `leaf_id.synchronized_standby_slots` is set and finds no
+/// physical slot: `*` then waits for no standby (one that streams without
+/// a slot, or a cascading standby fed by another standby, has none here),
+/// and named slots that are missing or logical confirm nothing.
+fn warn_without_physical_slot(rule: &SlotRule, slots: &[SlotState]) {
+    let found = standby_rule::no_physical_slot(rule, slots);
+    let warned_already = WARNED_RULE.with(|w| w.borrow().as_ref() == Some(rule));
+    match found {
+        None => WARNED_RULE.with(|w| *w.borrow_mut() = None),
+        Some(_) if warned_already => {}
+        Some(NoSlot::NoneToWaitFor) => {
+            WARNED_RULE.with(|w| *w.borrow_mut() = Some(rule.clone()));
+            pgrx::warning!(
+                "leaf_id.synchronized_standby_slots is '*' but this server has no permanent physical replication slot: the workers' commits wait for no standby (a standby that streams without a slot, or a cascading standby, is never waited for)"
+            );
+        }
+        Some(NoSlot::NoneNamedExists) => {
+            WARNED_RULE.with(|w| *w.borrow_mut() = Some(rule.clone()));
+            pgrx::warning!(
+                "leaf_id.synchronized_standby_slots names no physical replication slot of this server: every commit of the workers waits for {} and fails after leaf_id.standby_confirm_timeout",
+                match rule {
+                    SlotRule::Named(names) => names.join(", "),
+                    _ => String::new(),
+                }
+            );
+        }
+    }
+}
+
 /// Return once every standby the rule names has flushed past `commit_end`
 /// (the end of the worker's commit record); an error when one has not
 /// within `leaf_id.standby_confirm_timeout` (55P03), or when the worker is told to
@@ -154,8 +189,13 @@ pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
     let start = Instant::now();
     let mut logged = false;
     let mut noted: Option<Instant> = None;
+    let mut looked_for_slots = false;
     loop {
         let slots = read_slots()?;
+        if !looked_for_slots {
+            looked_for_slots = true;
+            warn_without_physical_slot(&rule, &slots);
+        }
         match standby_rule::verdict(&rule, &slots, commit_end) {
             Verdict::Confirmed => {
                 // (also a wait an earlier job's commit left noted when it

@@ -415,6 +415,7 @@ impl SegmentJobs {
                         slot.dynamic_step.store(r.step, SeqCst);
                         slot.table_step.store(r.table_step, SeqCst);
                         slot.refills.fetch_add(1, SeqCst);
+                        slot.contention.store(false, SeqCst);
                         slot.last_refill_us.store(unix_us(), SeqCst);
                         slot.status.store(TagStatus::Active as u32, SeqCst);
                     }
@@ -423,9 +424,11 @@ impl SegmentJobs {
                         slot.status.store(TagStatus::Missing as u32, SeqCst);
                         slot.error.set(e.sqlstate, &e.message);
                     }
-                    // a canceled refill is retried (after FIRST_RETRY):
-                    // the callers wait on for it, up to their timeout
-                    Err(e) if e.is_worker_canceled() => {}
+                    // a refill canceled or ended by the worker's own
+                    // lock_timeout is retried (the waiting callers ask at
+                    // once; a prefetch after FIRST_RETRY): the callers wait
+                    // on for it, up to their timeout, which then says so
+                    Err(e) if e.is_contention() => slot.contention.store(true, SeqCst),
                     Err(e) => {
                         // (the callers that may not draw the tag get 42501
                         // instead of the error)

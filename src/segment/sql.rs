@@ -494,9 +494,17 @@ fn take_ids(
                 if deadline.passed() {
                     backend::end_wait();
                     let standby = standby_wait::waiting_for(db, backend::my_dboid(), Role::Segment);
+                    // (read with the epoch: another tag's contention is not this call's)
+                    let contention =
+                        slot.contention.load(SeqCst) && slot.epoch.load(SeqCst) == epoch;
                     raise(
                         PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
-                        if standby.is_empty() {
+                        if contention {
+                            format!(
+                                "timed out waiting for a refill of leaf_id tag \"{tag}\": {}",
+                                crate::runtime::job::CONTENTION_NOTE
+                            )
+                        } else if standby.is_empty() {
                             format!("timed out waiting for a refill of leaf_id tag \"{tag}\"")
                         } else {
                             format!(

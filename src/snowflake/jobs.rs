@@ -26,7 +26,14 @@ pub struct SnowflakeJobs {
     /// The worker id a renewal found no longer ours (released by an
     /// operator, or taken over): the re-claim takes another if one is free.
     lost_id: Option<i64>,
+    /// No claim before this: the last one ended in lock contention.
+    claim_after: Option<Instant>,
 }
+
+/// How long a claim that ended in lock contention waits before the next
+/// try (one that hit the worker's lock_timeout waited 5 s already; one
+/// canceled for a lock must not be tried again at once).
+const CLAIM_RETRY: Duration = Duration::from_millis(100);
 
 /// How long a pin move that failed waits before the next try.
 const REPIN_RETRY: Duration = Duration::from_secs(10);
@@ -38,6 +45,7 @@ impl SnowflakeJobs {
             claimed_with: None,
             repin_after: None,
             lost_id: None,
+            claim_after: None,
         }
     }
 
@@ -59,7 +67,9 @@ impl SnowflakeJobs {
         let sh = ctx.sh;
         let slot = sh.db(ctx.db);
         let state = slot.snowflake_state.load(SeqCst);
-        if state == SnowflakeState::Requested as u32 {
+        if state == SnowflakeState::Requested as u32
+            && self.claim_after.is_none_or(|t| Instant::now() >= t)
+        {
             // nothing may be issued while the claim changes the generator
             if !slot.generator.is_closed() {
                 close_and_persist(ctx.db, true);
@@ -74,9 +84,22 @@ impl SnowflakeJobs {
                 Ok(claimed) => {
                     self.claimed_with = Some((claimed.configured, claimed.node.clone()));
                     self.lost_id = None;
+                    self.claim_after = None;
+                    slot.snowflake_contention.store(false, SeqCst);
                     slot.snowflake_state
                         .store(SnowflakeState::Ready as u32, SeqCst);
                     self.last_heartbeat = Some(Instant::now());
+                }
+                // contention on leaf_id's tables (on Citus: every node
+                // claiming at once): claimed again, the callers wait on
+                Err(e) if e.is_contention() => {
+                    ctx.note(&e);
+                    slot.snowflake_contention.store(true, SeqCst);
+                    self.claim_after = Some(Instant::now() + CLAIM_RETRY);
+                    pgrx::log!(
+                        "leaf_id: snowflake worker id claim retried after lock contention: {}",
+                        e.message
+                    );
                 }
                 Err(e) => {
                     ctx.note(&e);
@@ -105,6 +128,7 @@ impl SnowflakeJobs {
                     // in_transaction refuses a commit that a synchronous
                     // standby has not confirmed
                     Ok((mark, repin)) => {
+                        slot.snowflake_contention.store(false, SeqCst);
                         // noted before the generator may issue up to it
                         sh.note_worker_id_lease(
                             slot.generator.worker_id(),
@@ -115,6 +139,16 @@ impl SnowflakeJobs {
                         if repin {
                             self.move_pin(db);
                         }
+                    }
+                    // contention: renewed again at the next heartbeat (or
+                    // at once when a caller asks); the callers wait on
+                    Err(e) if e.is_contention() => {
+                        ctx.note(&e);
+                        slot.snowflake_contention.store(true, SeqCst);
+                        pgrx::log!(
+                            "leaf_id: snowflake high-water mark renewal retried after lock contention: {}",
+                            e.message
+                        );
                     }
                     Err(e) => {
                         ctx.note(&e);
@@ -169,11 +203,16 @@ impl SnowflakeJobs {
 
     /// How long the worker may sleep before the next renewal.
     pub fn timeout(&self, ctx: &WorkerContext) -> Option<Duration> {
-        (ctx.sh.db(ctx.db).snowflake_state.load(SeqCst) == SnowflakeState::Ready as u32).then(
-            || {
-                Duration::from_millis(settings::HEARTBEAT_INTERVAL.get() as u64 / 2)
-                    .max(Duration::from_millis(5))
-            },
-        )
+        let state = ctx.sh.db(ctx.db).snowflake_state.load(SeqCst);
+        if state == SnowflakeState::Requested as u32 {
+            // a claim retried after contention: when it is due
+            return self
+                .claim_after
+                .map(|t| t.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)));
+        }
+        (state == SnowflakeState::Ready as u32).then(|| {
+            Duration::from_millis(settings::HEARTBEAT_INTERVAL.get() as u64 / 2)
+                .max(Duration::from_millis(5))
+        })
     }
 }

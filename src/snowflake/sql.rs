@@ -183,9 +183,13 @@ fn next_ids(want: i64, batch: bool) -> (i64, i64) {
             backend::end_wait();
             let standby = standby_wait::waiting_for(db, backend::my_dboid(), Role::Snowflake);
             let what = "timed out waiting for the leaf_id worker to claim a worker id or renew the snowflake high-water mark";
+            let contention = slot.snowflake_contention.load(SeqCst)
+                && slot.assigned.load(SeqCst) == assigned;
             raise(
                 PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
-                if standby.is_empty() {
+                if contention {
+                    format!("{what}: {}", crate::runtime::job::CONTENTION_NOTE)
+                } else if standby.is_empty() {
                     what.to_string()
                 } else {
                     format!("{what}: the worker's commit waits for {standby}")

@@ -109,5 +109,25 @@ for my $given (0, 1)
 	is($node->safe_psql('postgres', "SELECT count(*) FROM $t"), 30 + $given, "$t: every insert is there");
 }
 
+# Adoption and who may draw (#40 item 4): nextval on the sequence needed
+# USAGE or UPDATE on it, the adopted tag has no draw_role, so every role that
+# may run leaf_segment_next can draw it: the adoption says so with a WARNING
+# naming who had the privilege, and a hint; not when PUBLIC had it.
+$node->safe_psql('postgres', q{
+CREATE ROLE seq_app;
+CREATE TABLE t_granted (id bigserial PRIMARY KEY, c int);
+GRANT USAGE ON SEQUENCE t_granted_id_seq TO seq_app;
+CREATE TABLE t_public (id bigserial PRIMARY KEY, c int);
+GRANT USAGE ON SEQUENCE t_public_id_seq TO PUBLIC;
+});
+my $r = try_sql($node, 'postgres', q{SELECT leaf_segment_adopt_sequence('t_granted_id_seq', 't_granted', 10) > 0});
+is($r->{out}, 't', 'a sequence with USAGE for one role is adopted') or diag $r->{err};
+like($r->{err}, qr/WARNING:  01000: every role that may run leaf_segment_next may now draw leaf_id tag "t_granted"; nextval on sequence (public\.)?t_granted_id_seq needed USAGE or UPDATE \(held by: [^)]*seq_app[^)]*\)/,
+	'it warns that the tag is open to every role, naming who held USAGE');
+like($r->{err}, qr/HINT:  .*draw_role/, 'with a hint to set a draw_role');
+$r = try_sql($node, 'postgres', q{SELECT leaf_segment_adopt_sequence('t_public_id_seq', 't_public', 10) > 0});
+is($r->{out}, 't', 'a sequence with USAGE for PUBLIC is adopted') or diag $r->{err};
+unlike($r->{err}, qr/WARNING/, 'without a warning: PUBLIC could draw it before');
+
 $node->stop;
 done_testing();
