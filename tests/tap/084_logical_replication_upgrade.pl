@@ -36,7 +36,7 @@ plan skip_all => 'the upgrade by logical replication runs in the PostgreSQL 18 s
 my $root = $ENV{LEAF_ID_TAP_ROOT} or BAIL_OUT('LEAF_ID_TAP_ROOT is not set (run scripts/test-tap.sh)');
 my @olds = grep { -e "$root/target/pg$_/lib/leaf_id.so" }
   (defined $ENV{LEAF_ID_UPGRADE_FROM} ? split(' ', $ENV{LEAF_ID_UPGRADE_FROM}) : (15, 16, 17));
-plan skip_all => 'no older major with leaf_id installed (LEAF_ID_UPGRADE_FROM)' unless @olds;
+skip_all_noted('the upgrade by logical replication: no older major with leaf_id installed (LEAF_ID_UPGRADE_FROM)') unless @olds;
 my $m = (sort { $b <=> $a } @olds)[0];
 my $path = "$root/target/pg$m";
 
