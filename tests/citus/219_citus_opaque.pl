@@ -48,6 +48,9 @@ ok($server_log !~ /\Q@{[substr($key, 0, 16)]}\E/i && $server_log !~ /\Q@{[substr
 for my $w (@workers)
 {
 	my $wlog = slurp_file($w->logfile);
+	# the premise on this node: it logged the statements it received, the
+	# reference table INSERT's literal with them
+	like($wlog, qr/premise_literal_4711/, 'premise: ' . $w->name . ' logged the INSERT with its literal');
 	ok($wlog !~ /\Q@{[substr($key, 0, 16)]}\E/i && $wlog !~ /\Q@{[substr($key, 16)]}\E/i,
 		'no part of the key in the log of ' . $w->name . ' (every statement it received)');
 }

@@ -69,6 +69,16 @@ SET session_replication_role = replica; SET citus.enable_manual_changes_to_shard
 SET citus.override_table_visibility = off;
 INSERT INTO public.$shard (worker_id, node_name, owner_token, last_timestamp, epoch_ms) VALUES $rows});
 is(superuser_runs($w2), '0,f', 'premise: planting ran nothing of mallory\'s as a superuser');
+# the premise that the test can fail: a superuser's write to the look-alike
+# (rolled back) does run her trigger as a superuser; the count of runs is a
+# sequence, which the rollback leaves, so it is set back after
+$w2->safe_psql('postgres', qq{
+BEGIN; SET LOCAL citus.enable_manual_changes_to_shards = on; SET LOCAL citus.override_table_visibility = off;
+UPDATE public.$shard SET epoch_ms = epoch_ms;
+ROLLBACK});
+like(superuser_runs($w2), qr/^[1-9]\d*,f$/, 'premise: a superuser\'s write to the look-alike runs her trigger as a superuser');
+$w2->safe_psql('postgres', q{SELECT setval('mallory.superuser_runs', 1, false)});
+is(superuser_runs($w2), '0,f', 'premise: the count of runs set back');
 
 # several heartbeats: the coordinator's and worker1's renewals reach worker2
 my $offset = -s $coord->logfile;

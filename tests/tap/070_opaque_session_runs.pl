@@ -162,8 +162,15 @@ for my $sql (
 	ok($r->{sqlstate}, "refused: $sql ($r->{sqlstate})");
 }
 is(scalar(@keys), 2, 'two keys to look for');
+# the premise: what the statements carry reaches the log, so the search
+# below would find a key that a statement or message carried (a canary of
+# a key's shape, sent in a statement and searched for the same way)
+my $canary = '5eed' x 8;
+$node->safe_psql('postgres', "SELECT '$canary'::text IS NOT NULL");
 my $settings = $node->safe_psql('postgres', 'SELECT string_agg(setting, \' \') FROM pg_settings');
 my $log = slurp_file($node->logfile);
+ok(index($log, $canary) >= 0, 'premise: a statement carrying a key-shaped canary is in the log');
+like($log, qr/statement: SELECT leaf_opaque_encode\('runs_domain', -1\)/, 'premise: the refused statements are logged');
 for my $key (@keys)
 {
 	# the key, its 8-byte halves in hex, and those halves as the

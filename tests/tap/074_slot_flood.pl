@@ -116,12 +116,22 @@ END \$\$;
 SELECT s || ': ' || count(*) FROM states GROUP BY s ORDER BY s;
 }, timeout => 60);
 }
+# at each of the victim's calls below, the flood is on: its clients run and
+# flood's worker still waits for the held row
+my $flood_on = sub {
+	return $node->safe_psql('flood', q{
+SELECT (SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+        WHERE NOT l.granted AND a.backend_type = 'leaf_id segment worker') > 0
+   AND (SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'flood_' AND state = 'active') = 4});
+};
 sleep 3;
 $node->safe_psql('victim', "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('new1', 1000, 10), ('new2', 2000, 10)");
+is($flood_on->(), 't', 'A: premise: the four flood clients run and flood\'s worker waits for the row');
 my $r = try_sql($node, 'victim', "SELECT leaf_segment_next('new1')");
 is($r->{out}, '1000', 'A: during the flood a new tag of database victim works')
   or diag $r->{err};
 sleep 2;
+is($flood_on->(), 't', 'A: premise: two seconds later the flood is still on');
 $r = try_sql($node, 'victim', "SELECT leaf_segment_next('new2')");
 is($r->{out}, '2000', 'A: and another one two seconds later') or diag $r->{err};
 finish_clients(60, @flood);

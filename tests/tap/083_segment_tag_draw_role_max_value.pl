@@ -129,15 +129,29 @@ $node->safe_psql('postgres', q{
 INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step) VALUES ('open2', 1, 100);
 INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, max_id, step, draw_role) VALUES ('secret2', 1, 100, 'orders_app')});
 # (slots are taken lowest first: with the cache reset, each tag drawn first
-# takes slot 0)
+# takes slot 0; with leaf_id.max_tags_per_database = 1 the database holds one
+# slot at a time, so secret2 can only take the slot open2 had)
+$node->safe_psql('postgres', "ALTER SYSTEM SET leaf_id.max_tags_per_database = 1; SELECT pg_reload_conf()");
+ok(wait_until(10, sub { $node->safe_psql('postgres', 'SHOW leaf_id.max_tags_per_database') eq '1' }),
+	'premise: the database may hold one tag slot');
 $node->safe_psql('postgres', "SELECT leaf_id_reset_cache()");
 $s = session($node, 'postgres');
 ($out, $err, $state) = session_query($s, "SET ROLE mallory; SELECT leaf_segment_next('open2');");
 is($out, '1', "mallory's session draws the open tag") or diag $err;
 $node->safe_psql('postgres', "SELECT leaf_id_reset_cache(); SELECT leaf_segment_next('secret2')");
+is(join(',', status_tags($node, 'postgres')), 'secret2', 'premise: the one slot now holds secret2 (open2\'s is gone)');
+# the session's cached slot of open2 is secret2's now: its call must look
+# open2 up again (and find no slot under the bound of 1: 53400), not take
+# secret2's draw_role for open2's (42501)
 ($out, $err, $state) = session_query($s, "SELECT leaf_segment_next('open2');");
-is($state, undef, "after its slot went to other tags, the session's next call of the open tag is not refused")
+is($state, '53400', "after its slot went to a restricted tag, the session's call of the open tag looks it up again "
+	  . '(53400 under the bound of one slot), not refused for the other tag\'s draw_role (42501)')
   or diag $err;
+$node->safe_psql('postgres', "ALTER SYSTEM RESET leaf_id.max_tags_per_database; SELECT pg_reload_conf()");
+ok(wait_until(10, sub { $node->safe_psql('postgres', 'SHOW leaf_id.max_tags_per_database') eq '-1' }),
+	'the bound is back');
+($out, $err, $state) = session_query($s, "SELECT leaf_segment_next('open2');");
+is($state, undef, 'then the open tag draws again') or diag $err;
 cmp_ok($out, '>', 1, 'and gets a new ID');
 $s->quit;
 
@@ -172,6 +186,11 @@ $r = try_sql($node, 'postgres', "SELECT leaf_segment_next('small');\n" x 30);
 is($r->{out}, join("\n", 1 .. 25), 'a tag with max_value 25 issues 1 to 25') or diag $r->{err};
 is($r->{sqlstate}, '2200H', 'then 2200H');
 like($r->{err}, qr/has reached its leaf_alloc.max_value \(25\)/, 'naming max_value');
+# batches issue exactly up to max_value (50): 30, then the last 20 rows
+$r = try_sql($node, 'postgres', "SELECT count(*) || ':' || min(x) || ':' || max(x) FROM leaf_segment_next('batch', 30) x");
+is($r->{out}, '30:1:30', 'a batch of 30 of a tag with max_value 50: 1 to 30') or diag $r->{err};
+$r = try_sql($node, 'postgres', "SELECT count(*) || ':' || min(x) || ':' || max(x) FROM leaf_segment_next('batch', 20) x");
+is($r->{out}, '20:31:50', 'the last batch: exactly the 20 rows 31 to 50') or diag $r->{err};
 $r = try_sql($node, 'postgres', "SELECT count(*) FROM leaf_segment_next('batch', 100)");
 is($r->{sqlstate}, '2200H', 'a batch call past max_value ends with 2200H') or diag $r->{out};
 $r = try_sql($node, 'postgres', "SELECT leaf_segment_next('batch')");

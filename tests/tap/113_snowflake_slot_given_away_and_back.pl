@@ -66,10 +66,20 @@ is(wait_for_id('b', '2'), '2', 'b gets the slot and issues with worker id 2 whil
 my $b_load = SegmentTap::start_client($node, 'b', 'b_load',
 	"DO \$\$ BEGIN FOR i IN 1..180 LOOP PERFORM leaf_snowflake_next(); PERFORM pg_sleep(0.05); END LOOP; END \$\$;\n");
 ok($node->wait_for_log(qr/pausing 8000 ms after the take/, $offset), "a's call took (from b's generator) and pauses again");
+# the premises, at the second pause: the take was from b's generator (the
+# slot is b's: b's snowflake worker runs, a's does not)
+my $workers_sql = q{SELECT string_agg(datname, ',' ORDER BY datname) FROM pg_stat_activity
+WHERE backend_type = 'leaf_id snowflake worker'};
+is($node->safe_psql('postgres', $workers_sql), 'b', "premise: at the take the slot was b's (only b's snowflake worker runs)");
 SegmentTap::finish_clients(30, $b_load);
 is($b_load->{rc}, 0, "b's draws end") or diag $b_load->{stderr};
 # ... and a gets it back (b's workers leave)
 is(wait_for_id('a', '1'), '1', 'a gets the slot back (worker id 1) while the call pauses');
+is($node->safe_psql('postgres', $workers_sql), 'a', "premise: the slot is a's again (only a's snowflake worker runs)");
+is($node->safe_psql('a', q{SELECT count(*) FROM pg_stat_activity WHERE application_name = 'paused' AND state = 'active'}),
+	'1', 'premise: ... while the call still pauses after its take (its check comes after this)');
+unlike(slurp_file($node->logfile, $offset), qr/pausing 8000 ms before the take.*pausing 8000 ms before the take/s,
+	'premise: the call took once so far (it did not loop back to a second take yet)');
 SegmentTap::finish_clients(60, $call);
 is($call->{rc}, 0, "a's paused call ends") or diag $call->{stderr};
 like(slurp_file($call->{out}), qr/^1$/m,
