@@ -8,6 +8,12 @@ contains. A block this script has no context for fails the run, so a new
 block in the docs must be given one. Blocks that need Citus are run by the
 Citus suite instead (named in ELSEWHERE, and checked to be there word for
 word). Exits 1 on the first failure.
+
+Where a block states a statement's result in a comment at the end of the
+statement's last line (`SELECT ...;   -- 42`), the statement's output must
+be exactly that (an integer; "e.g." and prose are not results): the block
+then runs with a marker after each statement, and each stated result is
+compared with what its statement printed.
 """
 import glob
 import os
@@ -79,10 +85,49 @@ def url_for(db):
     return urlunparse(URL._replace(path="/" + db))
 
 
-def psql(db, sql):
-    r = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url_for(db)],
+def psql(db, sql, unaligned=False):
+    r = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1"] + (["-A", "-t"] if unaligned else [])
+                       + ["-d", url_for(db)],
                        input=sql, text=True, capture_output=True, timeout=120)
     return r.returncode, r.stdout + r.stderr
+
+
+# a statement's stated result: an integer in a comment that ends the line
+# the statement ends on
+STATED = re.compile(r";\s*--\s*(-?\d+)\s*$")
+MARK = "__leaf_id_docs_statement_{}__"
+
+
+def stated_results(body):
+    """The body with a marker echoed after each statement, and the stated
+    results: statement number -> (its text, the stated value)."""
+    out, stated, current, n = [], {}, [], 0
+    for line in body.splitlines():
+        current.append(line)
+        out.append(line)
+        code = line.split("--", 1)[0].rstrip()
+        if code.endswith(";"):
+            m = STATED.search(line)
+            if m:
+                stated[n] = (" ".join(l.strip() for l in current), m.group(1))
+            out.append("\\echo " + MARK.format(n))
+            current, n = [], n + 1
+    return "\n".join(out) + "\n", stated
+
+
+def check_stated(out, stated):
+    """Each stated result against its statement's output (what was printed
+    between the marker before it and its own). Returns the mismatches."""
+    printed, start = {}, 0
+    for n in range(max(stated) + 1):
+        mark = MARK.format(n)
+        end = out.find(mark, start)
+        if end < 0:
+            return [f"no output of statement {n} ({stated.get(n, ('?',))[0]})"]
+        printed[n] = out[start:end].strip()
+        start = end + len(mark)
+    return [f"{text}: printed {printed[n]!r}, the docs say {want}"
+            for n, (text, want) in stated.items() if printed[n] != want]
 
 
 def main():
@@ -95,7 +140,7 @@ def main():
             body = "\n".join(l[indent:] for l in m.group(2).splitlines()) + "\n"
             line = text[: m.start()].count("\n") + 1
             blocks.append((f"{os.path.relpath(full, ROOT)}:{line}", body))
-    ran = 0
+    ran = results = 0
     for n, (where, body) in enumerate(blocks):
         lines = [l.strip() for l in body.splitlines()]
         other = [k for k in ELSEWHERE if any(k in l for l in lines)]
@@ -121,16 +166,24 @@ def main():
         if code != 0:
             print(f"test-docs: {where}: set-up failed:\n{out}")
             return 1
-        code, out = psql("postgres" if runs_in == "postgres" else db, body)
+        marked, stated = stated_results(body)
+        code, out = psql("postgres" if runs_in == "postgres" else db, marked if stated else body,
+                         unaligned=bool(stated))
         if code != 0:
             print(f"test-docs: {where}: FAILED as written:\n{body}\n{out}")
             return 1
+        if stated:
+            wrong = check_stated(out, stated)
+            if wrong:
+                print(f"test-docs: {where}: a stated result differs:\n  " + "\n  ".join(wrong))
+                return 1
+            results += len(stated)
         ran += 1
         # what a block created in the cluster goes, so the next one starts clean
         # (its database too: its workers would hold worker slots until idle)
         for leftover in (db, "app_copy", "app", "app_old"):
             psql("postgres", f"DROP DATABASE IF EXISTS {leftover} WITH (FORCE);")
-    print(f"test-docs: {ran} SQL blocks of README.md and docs/ ran as written")
+    print(f"test-docs: {ran} SQL blocks of README.md and docs/ ran as written, {results} stated results as stated")
     return 0
 
 
