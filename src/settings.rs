@@ -221,7 +221,7 @@ pub fn register(preloading: bool) {
     GucRegistry::define_string_guc(
         c"leaf_id.test_fault_point",
         c"FOR TESTS ONLY: the background worker crashes or pauses when it reaches the named point; empty: never.",
-        c"Points: after_refill_commit (crash); slow_worker_exit (an idle worker pauses 1.5 s after it decides to leave and 0.3 s after it gave its slots back); slow_tag_lookup (a refill that finds no row pauses 1.5 s before it looks again, and 3 s before it answers that the tag does not exist). Lets tests place events inside a window between two of the worker's steps.",
+        c"Points: after_refill_commit (crash); slow_worker_exit (an idle worker pauses 1.5 s after it decides to leave and 0.3 s after it gave its slots back); slow_tag_lookup (a refill that finds no row pauses 1.5 s before it looks again, and 3 s before it answers that the tag does not exist); slow_lease_move (a snowflake renewal pauses 3 s after its commit, before the lease moves). Lets tests place events inside a window between two of the worker's steps.",
         &TEST_FAULT_POINT,
         GucContext::Sighup,
         GucFlags::default(),

@@ -135,6 +135,13 @@ impl SnowflakeJobs {
                             slot.dboid.load(SeqCst),
                             mark,
                         );
+                        // (tests: the row's new mark is committed, the
+                        // lease not moved yet; tests/tap/052 reads both)
+                        settings::pause_point(
+                            "slow_lease_move",
+                            "after the renewal's commit, before the lease moves",
+                            Duration::from_millis(3000),
+                        );
                         slot.generator.lease_ms.store(mark, SeqCst);
                         if repin {
                             self.move_pin(db);
@@ -206,9 +213,10 @@ impl SnowflakeJobs {
         let state = ctx.sh.db(ctx.db).snowflake_state.load(SeqCst);
         if state == SnowflakeState::Requested as u32 {
             // a claim retried after contention: when it is due
-            return self
-                .claim_after
-                .map(|t| t.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)));
+            return self.claim_after.map(|t| {
+                t.saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(1))
+            });
         }
         (state == SnowflakeState::Ready as u32).then(|| {
             Duration::from_millis(settings::HEARTBEAT_INTERVAL.get() as u64 / 2)

@@ -2,7 +2,9 @@
 # server runs:
 #  - a released row with a later mark, taken back in the same server
 #    lifetime: its mark counts (no millisecond at or below it is issued);
-#  - the lease in shared memory never runs ahead of the persisted mark, even
+#  - the lease in shared memory never runs ahead of the persisted mark: read
+#    while a renewal pauses between the commit of the row's new mark and the
+#    move of the lease (leaf_id.test_fault_point = slow_lease_move), and
 #    after lease_ahead shrinks and an operator lowers the row;
 #  - a reload that changes leaf_id.node_name or leaf_id.worker_id re-claims
 #    (IDs go on with the new id; the old id's row is released);
@@ -86,10 +88,11 @@ like(draw_one()->{out}, qr/^\d+$/, 'a fresh node issues');
 sub lease_within_row
 {
 	my ($what) = @_;
-	# the lease first: the worker commits a renewal's row before it moves
-	# the lease, so a row read later is at least the lease read now (read
-	# the other way round, a renewal in between showed a lease one
-	# heartbeat above the older row: the test's race, not the worker's)
+	# a sample at a random instant, almost never inside a renewal (the
+	# order of its commit and the lease's move is checked in the pause
+	# below): the lease first, so that a renewal between the two reads
+	# cannot show a lease above the older row (the test's race, not the
+	# worker's)
 	my $lease = $node->safe_psql('postgres',
 		"SELECT (extract(epoch FROM persisted_mark) * 1000)::bigint FROM leaf_snowflake_status");
 	my $row = $node->safe_psql('postgres',
@@ -107,6 +110,32 @@ ok( wait_until(
 		}),
 	'lease 60 s ahead');
 lease_within_row('lease 60 s ahead');
+
+# the renewal commits the row's new mark, then moves the lease: read both
+# while the worker pauses between the two (3 s, at every renewal while the
+# fault point is set). Outside that window they are equal whatever the
+# order, so only a read inside it can catch a lease moved before the commit.
+# (With lease_ahead 60 s each renewal's mark is a heartbeat above the last.)
+my $offset = -s $node->logfile;
+$node->safe_psql('postgres',
+	"ALTER SYSTEM SET leaf_id.test_fault_point = 'slow_lease_move'; SELECT pg_reload_conf()");
+$node->wait_for_log(
+	qr/leaf_id\.test_fault_point = slow_lease_move: pausing 3000 ms after the renewal's commit, before the lease moves/,
+	$offset);
+# when the pause began: the log line's time stamp (log_line_prefix %m)
+my ($paused_at) = slurp_file($node->logfile, $offset)
+  =~ /^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \S+) .*test_fault_point = slow_lease_move: pausing/m;
+# both in one statement, the time last: inside the pause if it ended within
+# 3 s of the pause's start
+my ($lease, $row, $inside) = split /\|/, $node->safe_psql('postgres', qq{
+SELECT (extract(epoch FROM s.persisted_mark) * 1000)::bigint, w.last_timestamp,
+       statement_timestamp() >= '$paused_at'::timestamptz AND clock_timestamp() < '$paused_at'::timestamptz + interval '3 s'
+FROM leaf_snowflake_status s JOIN leaf_id_catalog.leaf_worker w USING (worker_id)});
+is($inside, 't', "premise: lease and row read while the renewal pauses after its commit (the pause began at $paused_at)");
+ok($lease ne '' && $row ne '' && $lease <= $row,
+	"during a renewal, after its commit, before the lease moves: the lease ($lease) is not above the row's mark ($row)");
+$node->safe_psql('postgres',
+	"ALTER SYSTEM RESET leaf_id.test_fault_point; SELECT pg_reload_conf()");
 $node->safe_psql('postgres',
 	"ALTER SYSTEM SET leaf_id.lease_ahead = '2s'; SELECT pg_reload_conf()");
 my $lowered_at = $node->safe_psql('postgres',

@@ -9,6 +9,21 @@
 # here overrides it with PGOPTIONS, as an application would.) Nor can she
 # decide how long the workers wait for the standbys (leaf_id.refill_timeout
 # is a user setting; the workers' wait is leaf_id.standby_confirm_timeout).
+#
+# Which of these settings can reach a worker at all (issue 41):
+#  - statement_timeout, idle_in_transaction_session_timeout and
+#    idle_session_timeout cannot: PostgreSQL arms their timers only in
+#    postgres.c's client loop (start_xact_command for the statement, the
+#    wait for the client's next command for the two idle ones), never around
+#    a background worker's SPI calls. Their rounds below cannot fail on 15
+#    to 18, forced off or not (a build without them forced passed this
+#    test); they stay in case a server ever arms them elsewhere.
+#  - lock_timeout does: ProcSleep arms it for any lock wait. Its round makes
+#    the segment worker's refill wait 1.5 s on the tag's row lock, held by
+#    another session, and checks that the refill waited and succeeded
+#    instead of failing after 1 ms (the worker forces its own 5 s).
+#  - transaction_timeout (17 and later) does: StartTransaction arms it for
+#    every transaction (with it not forced, 1 ms ended every job in FATAL).
 use strict;
 use warnings;
 use FindBin;
@@ -17,6 +32,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use SegmentTap;
+use Time::HiRes qw(time usleep);
 
 my $node = leaf_node('timeouts', "leaf_id.tag_resync_interval = 1\nwal_level = replica\nmax_wal_senders = 4\nmax_replication_slots = 4\n");
 $node->safe_psql('postgres', q{
@@ -55,7 +71,49 @@ for my $setting (@settings)
 	# (the terminate above ends the old workers with a FATAL of its own)
 	my @fatal = grep { /FATAL/ && !/due to administrator command/ } split /\n/, $log;
 	is(scalar(@fatal), 0, "$setting = 1ms: no FATAL in the log") or diag join "\n", @fatal;
+	lock_wait_round() if $setting eq 'lock_timeout';
 	$node->safe_psql('od', "SET ROLE olga; ALTER DATABASE od RESET $setting");
+}
+
+# lock_timeout = 1 ms for od: the refills above never wait for a lock, so
+# they cannot tell. Here another session holds a new tag's leaf_alloc row
+# (FOR UPDATE) for 1.5 s while a call waits for the tag's first refill: with
+# the worker's own lock_timeout (5 s) the refill waits for the row and
+# succeeds once it is released; with the database's 1 ms it would fail with
+# "canceling statement due to lock timeout" (and be retried until the row
+# is free, so the call's ID alone would not tell).
+sub lock_wait_round
+{
+	my $hold = 1.5;
+	$node->safe_psql('od', "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('locked', 10)");
+	my $offset = -s $node->logfile;
+	my $holder = $node->background_psql('od');
+	$holder->query_safe("BEGIN; SELECT 1 FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'locked' FOR UPDATE");
+	my $held_at = time;
+	my $call = start_client($node, 'od', 'lock_wait_call',
+		"SET leaf_id.refill_timeout = 20000;\nSELECT leaf_segment_next('locked');\n", timeout => 60);
+	# premise: the segment worker's refill waits for the row (a Lock wait;
+	# seen with the database's 1 ms too, between its tries)
+	my $seen = wait_until($hold - 0.3, sub {
+		$node->safe_psql('od', q{SELECT count(*) FROM pg_stat_activity
+		  WHERE datname = 'od' AND backend_type = 'leaf_id segment worker' AND wait_event_type = 'Lock'}) eq '1';
+	});
+	ok($seen, 'lock_timeout = 1ms, premise: the segment worker waits for the held leaf_alloc row');
+	my $left = $held_at + $hold - time;
+	usleep(int($left * 1_000_000)) if $left > 0;
+	# the call has not returned while the row was held
+	eval { $call->{h}->pump_nb };
+	ok($call->{h}->pumpable, "lock_timeout = 1ms, premise: the call still waits after the row was held $hold s");
+	$holder->query_safe('COMMIT');
+	$holder->quit;
+	finish_clients(30, $call);
+	my @ids = client_ids($call);
+	ok($call->{rc} == 0 && @ids == 1, 'lock_timeout = 1ms: the refill succeeds once the row is released (the call gets an ID)')
+	  or diag "exit $call->{rc}: $call->{stderr}";
+	my @failed = grep { /refill of tag "locked" failed/ } split /\n/, slurp_file($node->logfile, $offset);
+	is(scalar(@failed), 0, "lock_timeout = 1ms: the worker's refill waited for the row lock, it did not fail on the database's 1 ms")
+	  or diag join "\n", @failed;
+	return;
 }
 
 # session_authorization: the workers connect as the bootstrap superuser, who
@@ -101,11 +159,18 @@ is($r->{ret}, 0, 'leaf_id.refill_timeout: the database owner sets it to 1 ms for
 	$node->safe_psql('od', "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 	  WHERE datname = 'od' AND backend_type LIKE 'leaf_id % worker'");
 	$node->safe_psql('od', "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('held', 10)");
+	my $t0 = time;
 	$r = try_sql($node, 'od', "SELECT leaf_segment_next('held')", timeout => 60);
+	my $elapsed = time - $t0;
 	is($r->{sqlstate}, '55P03', 'leaf_id.refill_timeout = 1ms for od: the unconfirmed refill is refused with 55P03')
 	  or diag $r->{err};
 	like($r->{err}, qr/standby slot "lagger" .* within leaf_id\.standby_confirm_timeout \(1500 ms\)/,
-		"the worker waited leaf_id.standby_confirm_timeout of postgresql.conf (1500 ms), not the database's 1 ms");
+		'the refusal names leaf_id.standby_confirm_timeout of postgresql.conf (1500 ms)');
+	# the message names the setting whatever the wait was: the wait is
+	# timed, at least the refill's 1.5 s (the reserve's try may add
+	# another; the call's own refill_timeout, 8 s, bounds it above)
+	ok($elapsed >= 1.5 && $elapsed < 8,
+		sprintf("the worker waited leaf_id.standby_confirm_timeout (1500 ms), not the database's 1 ms: the call took %.3f s", $elapsed));
 	# the wait that timed out stays shown (its commit is still not on the
 	# standby), until a later commit of the worker is confirmed
 	is($node->safe_psql('od', q{SELECT standby_wait LIKE 'standby slot "lagger" (%' AND standby_wait_since < now()
