@@ -61,7 +61,10 @@ mod tests {
         error = "new row for relation \"leaf_alloc\" violates check constraint \"leaf_alloc_max_id_not_negative\""
     )]
     fn table_rejects_negative_max_id() {
-        Spi::run("INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, max_id) VALUES ('t', 1, -5)").unwrap();
+        Spi::run(
+            "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, max_id) VALUES ('t', 1, -5)",
+        )
+        .unwrap();
     }
 
     /// The worker does not see this uncommitted row, so the tag is unknown to it.

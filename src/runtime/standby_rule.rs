@@ -143,8 +143,9 @@ pub fn verdict(rule: &SlotRule, slots: &[SlotState], commit_end: u64) -> Verdict
 pub fn no_physical_slot(rule: &SlotRule, slots: &[SlotState]) -> Option<NoSlot> {
     match rule {
         SlotRule::Off => None,
-        SlotRule::EveryPhysical => (!slots.iter().any(|s| s.physical && !s.temporary))
-            .then_some(NoSlot::NoneToWaitFor),
+        SlotRule::EveryPhysical => {
+            (!slots.iter().any(|s| s.physical && !s.temporary)).then_some(NoSlot::NoneToWaitFor)
+        }
         SlotRule::Named(names) => (!names
             .iter()
             .any(|n| slots.iter().any(|s| &s.name == n && s.physical)))
@@ -241,11 +242,17 @@ mod tests {
         );
         // a logical or temporary slot is no standby's
         assert_eq!(
-            no_physical_slot(&SlotRule::EveryPhysical, &[logical.clone(), temporary.clone()]),
+            no_physical_slot(
+                &SlotRule::EveryPhysical,
+                &[logical.clone(), temporary.clone()]
+            ),
             Some(NoSlot::NoneToWaitFor)
         );
         assert_eq!(
-            no_physical_slot(&SlotRule::EveryPhysical, &[logical.clone(), slot("s1", None)]),
+            no_physical_slot(
+                &SlotRule::EveryPhysical,
+                &[logical.clone(), slot("s1", None)]
+            ),
             None
         );
         let named = SlotRule::Named(vec!["s1".into(), "l".into()]);
@@ -253,7 +260,10 @@ mod tests {
             no_physical_slot(&named, &[logical.clone()]),
             Some(NoSlot::NoneNamedExists)
         );
-        assert_eq!(no_physical_slot(&named, &[logical, slot("s1", Some(1))]), None);
+        assert_eq!(
+            no_physical_slot(&named, &[logical, slot("s1", Some(1))]),
+            None
+        );
         assert_eq!(
             no_physical_slot(&SlotRule::Named(vec!["s9".into()]), &[slot("s1", Some(1))]),
             Some(NoSlot::NoneNamedExists)

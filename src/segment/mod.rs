@@ -3,13 +3,14 @@
 //! down; an opaque tag hands out a keyed permutation of its counter.
 //!
 //! The pure core (no pgrx): `buffer` (the double buffer's state machine),
-//! `step` (the dynamic step), `reserve` (the Citus reserve's rules and file
+//! `draw_role` (who may draw, as a slot holds it), `step` (the dynamic step), `reserve` (the Citus reserve's rules and file
 //! format), `opaque` (the keyed permutation),
 //! `opaque_runs` (a session's runs of encoded opaque IDs). Inside Postgres: `sql` (the
 //! SQL functions), `opaque_sql` (the opaque domains' Rust functions), `jobs`
 //! (the segment worker's scheduling), `refill` (one refill), `reserve_file`
 //! (the reserve's file).
 pub mod buffer;
+pub mod draw_role;
 pub mod jobs;
 pub mod opaque;
 pub mod opaque_runs;

@@ -9,6 +9,7 @@ use crate::runtime::shmem::shared;
 use crate::runtime::transaction::in_transaction;
 use crate::runtime::worker_sql::{self as sql, Schema, Table};
 use crate::segment::buffer::MAX_SEGMENT_LEN;
+use crate::segment::draw_role;
 use crate::segment::opaque::Domain;
 use crate::segment::reserve::{NoRange, Reserve};
 use crate::segment::reserve_file::save_reserve;
@@ -36,11 +37,13 @@ pub(crate) struct Reserved {
     pub(crate) draw_role: u32,
 }
 
-/// `TagSlot::draw_role` of a row's `draw_role`: 0 for NULL, the role's
-/// OID, or 1 (no role's OID) for a name that no role has on this server,
-/// which leaves the tag to superusers.
+/// `TagSlot::draw_role` of a row's `draw_role`: `draw_role::ANYONE` for
+/// NULL, the role's OID, or `draw_role::SUPERUSERS_ONLY` for a name that no
+/// role has on this server.
 fn draw_role_oid(client: &mut pgrx::spi::SpiClient, name: Option<String>) -> Result<u32, JobError> {
-    let Some(name) = name else { return Ok(0) };
+    let Some(name) = name else {
+        return Ok(draw_role::ANYONE);
+    };
     let oid = client
         .select(sql::role_oid(), None, &[name.as_str().into()])
         .map_err(spi_err)?
@@ -54,7 +57,7 @@ fn draw_role_oid(client: &mut pgrx::spi::SpiClient, name: Option<String>) -> Res
             name
         );
     }
-    Ok(oid.unwrap_or(1))
+    Ok(oid.unwrap_or(draw_role::SUPERUSERS_ONLY))
 }
 
 /// leaf_alloc's OID (the reserve is bound to the table it came from).

@@ -208,6 +208,13 @@ fn forget(tag: &str) {
     SLOT_CACHE.with(|c| c.borrow_mut().remove(tag));
 }
 
+/// How many times a call takes again from a segment that changed under it
+/// (`TakeMany::Stale`: a publish since its ticket) before it goes to the
+/// slow path, which looks at the pair under the tag's lock. A publish is
+/// rare (one per segment), so a second try almost always succeeds; the bound
+/// only keeps a call from spinning while publishes keep coming.
+const STALE_TAKE_TRIES: usize = 4;
+
 /// Ask the worker for a refill of this slot (a flag and a latch: cheap).
 fn request_refill(sh: &Shared, db: usize, slot: usize) {
     sh.tag(slot).refill_requested.store(true, SeqCst);
@@ -219,7 +226,7 @@ fn request_refill(sh: &Shared, db: usize, slot: usize) {
 #[inline]
 fn may_draw(slot: &TagSlot) -> bool {
     match slot.draw_role.load(SeqCst) {
-        0 => true,
+        crate::segment::draw_role::ANYONE => true,
         role => has_privs_of(role),
     }
 }
@@ -369,7 +376,7 @@ fn take_ids(
         }
         // hot path: one fetch_add
         let want = want(i, epoch, slot.encoding.domain().is_some());
-        for _ in 0..4 {
+        for _ in 0..STALE_TAKE_TRIES {
             match slot.pair.take_many(want) {
                 TakeMany::Ids {
                     first,

@@ -16,6 +16,7 @@ use crate::runtime::shmem::shared;
 use crate::runtime::worker_sql::{self as sql, Schema};
 use crate::settings;
 use crate::snowflake::claim::{self, ClaimPlan, OwnRow, RegistryRow, Take};
+use crate::snowflake::layout::MAX_WORKER_ID;
 use crate::snowflake::lease_renew::{lease_ahead, persist};
 use pgrx::prelude::*;
 use pgrx::spi::{Spi, SpiClient};
@@ -49,10 +50,16 @@ pub(crate) fn configured_worker_id() -> Option<i64> {
     }
 }
 
+/// How many times a claim reads the registry and tries to take an id before
+/// it gives up (55P03): a try whose insert or take-over finds the row taken
+/// meanwhile (another server was first) reads the registry again. Ten lost
+/// races in a row mean the registry keeps changing, not a race.
+const CLAIM_TRIES: usize = 10;
+
 /// Worker ids other databases of this server are configured with, which a
-/// claim from the registry leaves free (F6 of the round 3 review: a database
-/// that claimed first took the id another one was configured with, and that
-/// one was refused).
+/// claim from the registry leaves free (else a database that claimed first
+/// would take the id another one is configured with, and that one would be
+/// refused).
 fn configured_for_other_databases(client: &mut SpiClient) -> Result<Vec<i64>, JobError> {
     let rows = client
         .update(
@@ -111,7 +118,7 @@ pub fn claim(schema: &Schema, db: usize, avoid: Option<i64>) -> Result<Claimed, 
             None => configured_for_other_databases(client)?,
             Some(_) => Vec::new(),
         };
-        for _attempt in 0..10 {
+        for _attempt in 0..CLAIM_TRIES {
             let rows = registry(client, schema)?;
             let take = |client: &mut SpiClient, take: Take| -> Result<bool, JobError> {
                 let got = match take {
@@ -251,7 +258,10 @@ pub fn claim(schema: &Schema, db: usize, avoid: Option<i64>) -> Result<Claimed, 
                 ClaimPlan::Full => {
                     return Err(JobError::new(
                         PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
-                        "all 1024 snowflake worker ids in leaf_worker are taken",
+                        format!(
+                            "all {} snowflake worker ids in leaf_worker are taken",
+                            MAX_WORKER_ID + 1
+                        ),
                     ));
                 }
             };

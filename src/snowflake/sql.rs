@@ -183,8 +183,8 @@ fn next_ids(want: i64, batch: bool) -> (i64, i64) {
             backend::end_wait();
             let standby = standby_wait::waiting_for(db, backend::my_dboid(), Role::Snowflake);
             let what = "timed out waiting for the leaf_id worker to claim a worker id or renew the snowflake high-water mark";
-            let contention = slot.snowflake_contention.load(SeqCst)
-                && slot.assigned.load(SeqCst) == assigned;
+            let contention =
+                slot.snowflake_contention.load(SeqCst) && slot.assigned.load(SeqCst) == assigned;
             raise(
                 PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
                 if contention {

@@ -1,4 +1,5 @@
-# Security, hardening round 3 (issue 27, items 1 to 3 and 9).
+# Security against a hostile database owner, a tag admin, pg_monitor members and
+# hostile default privileges:
 #  1. A database owner (mallory, not a superuser) renames the schema leaf_id
 #     lives in (public belongs to pg_database_owner), makes a new public and
 #     plants look-alikes of every table and function of leaf_id in it, each
