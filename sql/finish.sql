@@ -394,12 +394,24 @@ COMMENT ON FUNCTION leaf_snowflake_adopt_sequence(regclass) IS
 -- superusers; encoding and decoding reveal a tag's count, so they need an
 -- explicit grant; the key never leaves leaf_opaque_domain.
 
-CREATE VIEW leaf_opaque_domains AS
-SELECT d.name, d.bits, d.created,
-       (SELECT pg_catalog.array_agg(a.biz_tag ORDER BY a.biz_tag)
-          FROM leaf_id_catalog.leaf_alloc a
-         WHERE a.opaque_domain OPERATOR(pg_catalog.=) d.name) AS tags
-  FROM leaf_id_catalog.leaf_opaque_domain d;
+-- The view reads the tables through a function, so that naming the view
+-- (PREPARE, which locks a view's tables while parsing, before any privilege
+-- check, and holds the locks to the end of its transaction) locks none of
+-- leaf_id's tables: only a role that may run the function (pg_monitor)
+-- reads them, when the query runs. A SECURITY DEFINER function is never
+-- inlined.
+CREATE FUNCTION leaf_opaque_domains_list() RETURNS TABLE (name text, bits integer, created timestamptz, tags text[])
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT d.name, d.bits, d.created,
+           (SELECT pg_catalog.array_agg(a.biz_tag ORDER BY a.biz_tag)
+              FROM leaf_id_catalog.leaf_alloc a
+             WHERE a.opaque_domain OPERATOR(pg_catalog.=) d.name) AS tags
+      FROM leaf_id_catalog.leaf_opaque_domain d;
+END;
+
+CREATE VIEW leaf_opaque_domains AS SELECT * FROM @extschema@.leaf_opaque_domains_list();
 
 CREATE FUNCTION leaf_opaque_create(name text, bits integer DEFAULT 63) RETURNS text
 LANGUAGE plpgsql VOLATILE
@@ -533,6 +545,8 @@ END;
 
 COMMENT ON VIEW leaf_opaque_domains IS
   'Opaque domains: name, width, creation time and the tags that use each; never the key.';
+COMMENT ON FUNCTION leaf_opaque_domains_list() IS
+  'The rows of the view leaf_opaque_domains (the view reads the tables through it, so that naming the view locks none of them). Superusers and pg_monitor.';
 COMMENT ON FUNCTION leaf_opaque_create(text, integer) IS
   'Creates an opaque domain: a fresh 128-bit key from pg_strong_random and a width of 20 to 63 bits (default 63). Superusers only.';
 COMMENT ON FUNCTION leaf_opaque_drop(text) IS
@@ -594,7 +608,8 @@ BEGIN
               FROM pg_catalog.unnest(ARRAY[
                   '@extschema@.leaf_segment_status()'::pg_catalog.regprocedure,
                   '@extschema@.leaf_snowflake_status()',
-                  '@extschema@.leaf_id_worker_status()']) f
+                  '@extschema@.leaf_id_worker_status()',
+                  '@extschema@.leaf_opaque_domains_list()']) f
             UNION ALL
             SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, v::pg_catalog.oid,
                    'pg_monitor'::pg_catalog.regrole::pg_catalog.oid, 'SELECT'

@@ -2,7 +2,9 @@
 -- into leaf_id_catalog, a schema the extension owns and only its owner may
 -- use, so that a role that may not write them cannot name them and queue a
 -- lock on them that holds up every refill, claim and renewal
--- (tests/tap/086). The functions and views callers use stay where they are.
+-- (tests/tap/087). The functions and views callers use stay where they are;
+-- the view leaf_opaque_domains reads the tables through a new function, so
+-- that naming the view locks none of them.
 -- The tables keep their rows, OIDs, constraints, comments and the
 -- operator's grants on them; a tag admin now also needs USAGE on the schema
 -- (docs/privileges.md). The superusers' functions whose bodies name the
@@ -378,6 +380,27 @@ END
 $fn$;
 
 
+-- The view reads the tables through a function, so that naming the view
+-- (PREPARE, which locks a view's tables while parsing, before any privilege
+-- check, and holds the locks to the end of its transaction) locks none of
+-- leaf_id's tables: only a role that may run the function (pg_monitor)
+-- reads them, when the query runs. A SECURITY DEFINER function is never
+-- inlined.
+CREATE FUNCTION leaf_opaque_domains_list() RETURNS TABLE (name text, bits integer, created timestamptz, tags text[])
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT d.name, d.bits, d.created,
+           (SELECT pg_catalog.array_agg(a.biz_tag ORDER BY a.biz_tag)
+              FROM leaf_id_catalog.leaf_alloc a
+             WHERE a.opaque_domain OPERATOR(pg_catalog.=) d.name) AS tags
+      FROM leaf_id_catalog.leaf_opaque_domain d;
+END;
+
+CREATE OR REPLACE VIEW leaf_opaque_domains AS SELECT * FROM @extschema@.leaf_opaque_domains_list();
+COMMENT ON FUNCTION leaf_opaque_domains_list() IS
+  'The rows of the view leaf_opaque_domains (the view reads the tables through it, so that naming the view locks none of them). Superusers and pg_monitor.';
+
 -- Privileges (docs/privileges.md). Every install and update script ends
 -- with this block, the same text in each, so that every path ends with the
 -- same privileges (tests/tap/071 compares them under hostile default
@@ -421,7 +444,8 @@ BEGIN
               FROM pg_catalog.unnest(ARRAY[
                   '@extschema@.leaf_segment_status()'::pg_catalog.regprocedure,
                   '@extschema@.leaf_snowflake_status()',
-                  '@extschema@.leaf_id_worker_status()']) f
+                  '@extschema@.leaf_id_worker_status()',
+                  '@extschema@.leaf_opaque_domains_list()']) f
             UNION ALL
             SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, v::pg_catalog.oid,
                    'pg_monitor'::pg_catalog.regrole::pg_catalog.oid, 'SELECT'

@@ -102,6 +102,29 @@ cmp_ok($took, '<', 4.5, sprintf('... without waiting for a lock (%.2f s, the wor
 $s1->quit;
 $s2->quit;
 
+# --- the view over the tables ------------------------------------------------
+# leaf_opaque_domains names no table: PREPARE on it (as u, with no grant on
+# it) locks nothing of leaf_id's, so a database owner's VACUUM (FULL), which
+# reaches the tables without naming them, cannot queue behind u's lock
+my $s3 = $node->background_psql('owned', on_error_stop => 0);
+$s3->query(q{SET ROLE u; BEGIN; PREPARE v AS SELECT * FROM leaf_opaque_domains});
+is($s3->{stderr}, '', 'u: PREPARE of leaf_opaque_domains is accepted (the view is in the extension\'s schema)');
+is( $node->safe_psql('owned', q{
+SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+WHERE c.relnamespace = 'leaf_id_catalog'::regnamespace AND l.pid <> pg_backend_pid()}),
+	'0', '... and holds no lock on leaf_id\'s tables');
+$r = try_sql($node, 'owned', q{SET ROLE owner_role; SET lock_timeout = '5s'; VACUUM (FULL) leaf_id_catalog.leaf_alloc});
+is($r->{sqlstate}, '42501', 'the database owner cannot name the table for VACUUM either');
+$r = try_sql($node, 'owned', q{SET ROLE owner_role; SET lock_timeout = '5s'; VACUUM (FULL)});
+is($r->{sqlstate}, undef, "the database owner's VACUUM (FULL) of the whole database is not held up by u") or diag $r->{err};
+$r = try_sql($node, 'owned', q{SET ROLE u; SELECT * FROM leaf_opaque_domains});
+is($r->{sqlstate}, '42501', 'u may not read leaf_opaque_domains (42501 when it runs)');
+$node->safe_psql('owned', 'CREATE ROLE watcher IN ROLE pg_monitor');
+$r = try_sql($node, 'owned', q{SET ROLE watcher; SELECT name || ':' || bits || ':' || tags::text FROM leaf_opaque_domains});
+is($r->{out}, 'd:40:{secret}', 'a pg_monitor member reads leaf_opaque_domains') or diag $r->{err};
+$s3->query('ROLLBACK');
+$s3->quit;
+
 # --- a tag admin can name the tables (as documented) -------------------------
 $node->safe_psql('owned', q{
 CREATE ROLE tag_admin LOGIN;
