@@ -3,12 +3,13 @@
 //! down; an opaque tag hands out a keyed permutation of its counter.
 //!
 //! The pure core (no pgrx): `buffer` (the double buffer's state machine),
-//! `draw_role` (who may draw, as a slot holds it), `step` (the dynamic step), `reserve` (the Citus reserve's rules and file
-//! format), `opaque` (the keyed permutation),
-//! `opaque_runs` (a session's runs of encoded opaque IDs). Inside Postgres: `sql` (the
-//! SQL functions), `opaque_sql` (the opaque domains' Rust functions), `jobs`
-//! (the segment worker's scheduling), `refill` (one refill), `reserve_file`
-//! (the reserve's file).
+//! `draw_role` (who may draw, as a slot holds it), `step` (the dynamic
+//! step), `reserve` (the Citus reserve's rules and file format), `opaque`
+//! (the keyed permutation), `opaque_runs` (a session's runs of encoded
+//! opaque IDs), `tag_cache` (a session's tags and their slots). Inside
+//! Postgres: `sql` (the SQL functions), `opaque_sql` (the opaque domains'
+//! Rust functions), `jobs` (the segment worker's scheduling), `refill` (one
+//! refill), `reserve_file` (the reserve's file).
 pub mod buffer;
 pub mod draw_role;
 pub mod jobs;
@@ -20,3 +21,4 @@ pub mod reserve;
 pub mod reserve_file;
 pub mod sql;
 pub mod step;
+pub mod tag_cache;

@@ -14,22 +14,21 @@ use crate::runtime::text_arg::TextArg;
 use crate::segment::buffer::{SlowPath, TakeMany};
 use crate::segment::opaque::{Domain, RangeEncoder};
 use crate::segment::opaque_runs::SessionRuns;
+use crate::segment::tag_cache::TagCache;
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::sync::atomic::Ordering::SeqCst;
 
 thread_local! {
-    /// tag -> (slot, epoch): valid while the slot's epoch is unchanged.
-    static SLOT_CACHE: RefCell<HashMap<String, (usize, u64)>> = RefCell::new(HashMap::new());
     /// Opaque IDs this session encoded and has not handed out yet
     /// (`segment::opaque_runs`).
     static OPAQUE_RUNS: RefCell<SessionRuns> = RefCell::new(SessionRuns::default());
 }
 
-/// The last tag looked up, in front of the map.
-static LAST_TAG: BackendLocal<RefCell<Option<(String, (usize, u64))>>> =
-    BackendLocal::new(RefCell::new(None));
+/// The session's tags and their (slot, epoch), valid while the slot's epoch
+/// is unchanged (`segment::tag_cache`). Only tags that passed
+/// `validate_tag` (and so are UTF-8) go in.
+static TAGS: BackendLocal<RefCell<TagCache>> = BackendLocal::new(RefCell::new(TagCache::new()));
 /// Has this session ever kept a run? Until it has, a call skips the runs
 /// (a plain tag's call pays nothing for opaque IDs).
 static RUNS_KEPT: BackendLocal<Cell<bool>> = BackendLocal::new(Cell::new(false));
@@ -70,48 +69,14 @@ fn validate_tag(tag: Option<&str>) -> &str {
 const _: () = assert!(4 * TAG_MAX_CHARS <= TAG_MAX_BYTES);
 
 fn cached_slot(sh: &Shared, dboid: u32, tag: &str) -> (usize, u64) {
-    // most calls repeat the previous tag (a column default, a bulk insert)
-    if let Some(hit) = {
-        LAST_TAG
-            .get()
-            .borrow()
-            .as_ref()
-            .filter(|(t, _)| same_bytes(t.as_bytes(), tag.as_bytes()))
-            .map(|(_, hit)| *hit)
-    } {
+    if let Some(hit) = TAGS.get().borrow_mut().get(tag.as_bytes()) {
         return hit;
     }
-    let hit = cached_slot_by_map(sh, dboid, tag);
-    *LAST_TAG.get().borrow_mut() = Some((tag.to_string(), hit));
-    hit
-}
-
-/// `a == b` without a call into libc's `memcmp` for the short tags that
-/// are the rule (8 bytes at a time).
-#[inline]
-fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ra, rb) = (a8.remainder(), b8.remainder());
-    a8.zip(b8).all(|(x, y)| {
-        u64::from_ne_bytes(x.try_into().unwrap()) == u64::from_ne_bytes(y.try_into().unwrap())
-    }) && ra.iter().zip(rb).all(|(x, y)| x == y)
-}
-
-fn cached_slot_by_map(sh: &Shared, dboid: u32, tag: &str) -> (usize, u64) {
-    if let Some(hit) = SLOT_CACHE.with(|c| c.borrow().get(tag).copied()) {
-        return hit;
-    }
+    // (no borrow held: the allocation may wait)
     let found = allocate_slot(sh, dboid, tag);
-    SLOT_CACHE.with(|c| {
-        let mut c = c.borrow_mut();
-        if c.len() > 4 * sh.n_tags() {
-            c.clear();
-        }
-        c.insert(tag.to_string(), found)
-    });
+    TAGS.get()
+        .borrow_mut()
+        .insert(tag.as_bytes(), found, 4 * sh.n_tags());
     found
 }
 
@@ -204,8 +169,7 @@ fn no_slot(sh: &Shared, refusal: NoTagSlot) -> ! {
 }
 
 fn forget(tag: &str) {
-    *LAST_TAG.get().borrow_mut() = None;
-    SLOT_CACHE.with(|c| c.borrow_mut().remove(tag));
+    TAGS.get().borrow_mut().forget(tag.as_bytes());
 }
 
 /// How many times a call takes again from a segment that changed under it
@@ -529,24 +493,22 @@ fn take_ids(
     }
 }
 
-/// The session's last tag looked up, when `bytes` are its bytes: its
+/// A tag this session looked up before, when `bytes` are its bytes: its
 /// characters and its (slot, epoch). Most calls repeat the previous tag (a
-/// column default, a bulk insert): they skip the UTF-8 check and the
-/// tag's validation, which its bytes passed when it was looked up.
-fn last_tag_hit(bytes: &[u8]) -> Option<(&str, (usize, u64))> {
-    let last = LAST_TAG.get().borrow();
-    let (t, hit) = last.as_ref()?;
-    if !same_bytes(t.as_bytes(), bytes) {
-        return None;
-    }
-    // SAFETY: `bytes` equal the bytes of a `String` (LAST_TAG's), and a
-    // `String` holds UTF-8 only.
-    Some((unsafe { std::str::from_utf8_unchecked(bytes) }, *hit))
+/// column default, a bulk insert), or one of a few (inserts into several
+/// tables in turn): they skip the UTF-8 check and the tag's validation,
+/// which its bytes passed when it was looked up.
+fn seen_tag(bytes: &[u8]) -> Option<(&str, (usize, u64))> {
+    let hit = TAGS.get().borrow_mut().get(bytes)?;
+    // SAFETY: `bytes` equal a tag that `cached_slot` put into TAGS, whose
+    // callers give only tags that passed `validate_tag`, which are `&str`:
+    // UTF-8.
+    Some((unsafe { std::str::from_utf8_unchecked(bytes) }, hit))
 }
 
 #[pg_extern(volatile, parallel_unsafe)]
 fn leaf_segment_next(tag: Option<TextArg>) -> i64 {
-    if let Some((tag, hit)) = tag.as_ref().and_then(|t| last_tag_hit(t.bytes())) {
+    if let Some((tag, hit)) = tag.as_ref().and_then(|t| seen_tag(t.bytes())) {
         require_writable("leaf_segment_next()");
         return next_id_at(tag, hit);
     }
@@ -680,8 +642,7 @@ fn leaf_id_reset_cache() {
     let dboid = backend::my_dboid();
     crate::segment::reserve_file::remove_for_reset(sh, dboid);
     sh.free_tags_of(dboid);
-    SLOT_CACHE.with(|c| c.borrow_mut().clear());
-    *LAST_TAG.get().borrow_mut() = None;
+    TAGS.get().borrow_mut().clear();
     // (other sessions' runs end by the slots' new epochs)
     OPAQUE_RUNS.with(|r| r.borrow_mut().clear());
     if let Some(db) = (0..sh.n_dbs()).find(|&d| sh.db(d).dboid.load(SeqCst) == dboid) {
@@ -694,46 +655,6 @@ fn leaf_id_reset_cache() {
                 SeqCst,
             );
             sh.wake_worker(db, crate::runtime::shmem::Role::Snowflake);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::same_bytes;
-
-    #[test]
-    fn same_bytes_is_equality() {
-        let words = [
-            "",
-            "a",
-            "t",
-            "order",
-            "orders",
-            "1234567",
-            "12345678",
-            "123456789",
-            "0123456789abcdef",
-            "0123456789abcdeg",
-            "0123456789abcdef0",
-            "été",
-            "ete",
-        ];
-        for a in words {
-            for b in words {
-                assert_eq!(
-                    same_bytes(a.as_bytes(), b.as_bytes()),
-                    a == b,
-                    "{a:?} {b:?}"
-                );
-            }
-        }
-        // one byte differs, at every position of a 20-byte tag
-        let base = [b'x'; 20];
-        for i in 0..20 {
-            let mut other = base;
-            other[i] = b'y';
-            assert!(!same_bytes(&base, &other), "position {i}");
         }
     }
 }
