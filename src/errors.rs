@@ -52,12 +52,21 @@ static mut RAW_CODE_CONTEXT: pg_sys::ErrorContextCallback = pg_sys::ErrorContext
     arg: std::ptr::null_mut(),
 };
 
+// SAFETY: the declaration matches elog.h's `int errcode(int sqlerrcode)`; it is called only from
+// `give_raw_code`, while an error is being reported (which errcode needs).
 unsafe extern "C-unwind" {
     // not in pgrx's bindings (it keeps errstart/errcode to itself)
     fn errcode(sqlerrcode: std::os::raw::c_int) -> std::os::raw::c_int;
 }
 
+/// # Safety
+///
+/// Only as the callback of `RAW_CODE_CONTEXT`: PostgreSQL calls it while a report is on the error
+/// stack (errfinish, or GetErrorContextStack), which `geterrcode` reads and `errcode` sets.
 unsafe extern "C-unwind" fn give_raw_code(_arg: *mut std::os::raw::c_void) {
+    // SAFETY: RAW_CODE is this process's static, read and written through raw pointers (no
+    // reference) on its one thread; a report is on the error stack (see Safety), so geterrcode
+    // reads it and errcode sets its code.
     unsafe {
         let code = (&raw const RAW_CODE).read();
         if code != 0 && pg_sys::geterrcode() == INTERNAL_ERROR {
@@ -74,6 +83,12 @@ unsafe extern "C-unwind" fn give_raw_code(_arg: *mut std::os::raw::c_void) {
 /// this function's caller ran, so the entry is gone with the error. Only for
 /// a raise that follows at once, with no Rust catch in between.
 fn keep_raw_code_of_next_error(sqlstate: i32) {
+    // SAFETY: RAW_CODE and RAW_CODE_CONTEXT are this process's statics, used through raw pointers
+    // on its one thread; the entry is static, so the stack never points to freed memory through it.
+    // Its `previous` is the current top, which stays alive while the raise that follows at once
+    // (the one caller, `raise_recorded`, raises next, with no Rust catch in between) unwinds to its
+    // handler, and that handler (PG_CATCH, PostgresMain) sets error_context_stack back to what it
+    // saved before, which unlinks the entry.
     unsafe {
         (&raw mut RAW_CODE).write(sqlstate);
         let entry = &raw mut RAW_CODE_CONTEXT;
@@ -92,6 +107,9 @@ pub fn require_writable(function: &str) {
     // restart (which ends this backend): once seen out of it, the call
     // (a guarded FFI call, a sigsetjmp on every ID) is skipped.
     static mut LEFT_RECOVERY: bool = false;
+    // SAFETY: LEFT_RECOVERY is this backend's static, read and written by value on the one thread
+    // that runs SQL functions; RecoveryInProgress reads shared XLogCtl state any backend may read,
+    // and XactReadOnly is this process's global, read in the caller's transaction.
     unsafe {
         if !LEFT_RECOVERY && pg_sys::RecoveryInProgress() {
             raise(

@@ -34,6 +34,8 @@ extension_sql_file!("../sql/finish.sql", name = "finish", finalize);
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     check_server_minor();
+    // SAFETY: a bool global of this process that PostgreSQL sets around loading
+    // shared_preload_libraries; read by value on the one thread that runs `_PG_init`.
     let preloading = unsafe { pg_sys::process_shared_preload_libraries_in_progress };
     settings::register(preloading);
     if !preloading {
@@ -50,9 +52,14 @@ pub extern "C-unwind" fn _PG_init() {
 /// (its record of synchronous standbys has another layout).
 fn check_server_minor() {
     use runtime::pg_version::{MAJOR, MIN_SERVER_VERSION_NUM};
+    // SAFETY: the name is a 'static NUL-terminated string; server_version_num always exists (else
+    // missing_ok = false would raise), and no privilege is checked, so no catalog is read. The
+    // result is NULL or a NUL-terminated string valid until the next GetConfigOption call.
     let running = unsafe { pg_sys::GetConfigOption(c"server_version_num".as_ptr(), false, false) };
     let running = (!running.is_null())
         .then(|| {
+            // SAFETY: `running` is non-null (checked above) and NUL-terminated, and nothing calls
+            // GetConfigOption again before `to_string_lossy` has copied it.
             unsafe { std::ffi::CStr::from_ptr(running) }
                 .to_string_lossy()
                 .parse::<i64>()

@@ -89,6 +89,8 @@ pub fn run_on_others(
             .iter()
             .filter(|&&(s, request)| slots[s].answered.load(SeqCst) != request)
             .count();
+        // SAFETY: ProcDiePending is this process's `volatile sig_atomic_t`, set by `die` on this
+        // thread; read volatile through a raw pointer, as C does.
         let stopping = unsafe { (&raw const pg_sys::ProcDiePending).read_volatile() != 0 };
         if pending == 0 || stopping || Instant::now() >= deadline {
             break;
@@ -116,28 +118,45 @@ pub fn run_on_others(
     answers
 }
 
+/// # Safety
+///
+/// Only as the `on_shmem_exit` callback `leaf_id_renewal_helper_main` registers once the helper
+/// holds its copy slot: PostgreSQL calls it once, at the helper's exit, with the Datum it was
+/// started with (the database slot's index, below `n_dbs`, and the copy slot's, whose `get`
+/// succeeded before the registration).
 #[pg_guard]
 unsafe extern "C-unwind" fn helper_exit(_code: i32, arg: pg_sys::Datum) {
     let (db, s) = unpack_pair(arg);
     let (db, s) = (db as usize, s as usize);
     if let Some(sh) = shared() {
+        // SAFETY: MyProcPid is this process's int global, set at its start, read by value.
         let pid = unsafe { pg_sys::MyProcPid };
         let _ = sh.db(db).copy_slots()[s]
             .pid
             .compare_exchange(pid, 0, SeqCst, SeqCst);
         let latch = sh.db(db).worker(Role::Snowflake).latch.load(SeqCst);
         if !latch.is_null() {
+            // SAFETY: a non-null `latch` is the snowflake worker's MyLatch, the procLatch of its
+            // PGPROC in shared memory, valid for the server's lifetime: if that worker has exited
+            // since the load, the PGPROC is free or another process's, and the set is at worst a
+            // spurious wakeup.
             unsafe { pg_sys::SetLatch(latch) };
         }
     }
 }
 
 #[pg_guard]
+// SAFETY: no other symbol of the server or its libraries is named `leaf_id_renewal_helper_main`
+// (the extension's prefix); the postmaster looks it up by this name (`run_on_others`) and calls it
+// with one Datum, this signature.
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn leaf_id_renewal_helper_main(arg: pg_sys::Datum) {
     let (db, s) = unpack_pair(arg);
     let (db, s) = (db as usize, s as usize);
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP);
+    // SAFETY: `die` is PostgreSQL's async-signal-safe SIGTERM handler of backends: it sets flags
+    // and this process's latch, and a background worker with shared memory access has its MyLatch
+    // (InitProcess ran before this entry point).
     unsafe {
         // SIGTERM as for a backend (shutdown): the wait for an answer ends
         crate::runtime::pg_version::set_sigterm_handler(postgres_die);
@@ -150,11 +169,14 @@ pub extern "C-unwind" fn leaf_id_renewal_helper_main(arg: pg_sys::Datum) {
     // to start (it gives a helper up after START_GRACE_MS)
     if slot
         .pid
+        // SAFETY: MyProcPid is this process's int global, set at its start, read by value.
         .compare_exchange(STARTING, unsafe { pg_sys::MyProcPid }, SeqCst, SeqCst)
         .is_err()
     {
         return;
     }
+    // SAFETY: registers `helper_exit` (see its Safety) with this helper's own argument, by value,
+    // only now that the slot's pid is ours; one registration, well within MAX_ON_EXITS.
     unsafe { pg_sys::on_shmem_exit(Some(helper_exit), arg) };
     let dboid = sh.db(db).dboid.load(SeqCst);
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(dboid)), None);

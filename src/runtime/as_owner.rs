@@ -20,6 +20,8 @@ use pgrx::spi::Spi;
 fn leaf_id_column_max(tab: pg_sys::Oid, col: TextArg) -> Option<i64> {
     let col = col.text();
     // reads as another role: never for anyone granted EXECUTE by mistake
+    // SAFETY: superuser() looks the current user's role up (cached, else the syscache), which needs
+    // a transaction: this SQL function runs in its caller's.
     if !unsafe { pg_sys::superuser() } {
         crate::errors::raise(
             PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
@@ -61,6 +63,10 @@ fn leaf_id_column_max(tab: pg_sys::Oid, col: TextArg) -> Option<i64> {
     .unwrap_or_default();
     let saved = become_restricted(owner);
     let level;
+    // SAFETY: in the function's transaction, as GUC nesting needs; the name and value are 'static
+    // NUL-terminated strings, copied by the GUC code. GUC_ACTION_SAVE stacks the old value at
+    // `level`, popped by `AtEOXact_GUC(false, level)` below, or by the (sub)transaction's abort if
+    // the read raises in between.
     unsafe {
         // settings the owner's code changes end with the read
         level = pg_sys::NewGUCNestLevel();
@@ -81,6 +87,8 @@ fn leaf_id_column_max(tab: pg_sys::Oid, col: TextArg) -> Option<i64> {
     let max = Spi::get_one::<i64>(&query).unwrap_or_else(|e| {
         crate::errors::raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string(), None)
     });
+    // SAFETY: `level` came from NewGUCNestLevel in this transaction, and the query since has popped
+    // any level it pushed, so this pops ours: row_security and whatever the owner's code set.
     unsafe { pg_sys::AtEOXact_GUC(false, level) };
     restore_user(saved);
     max
@@ -94,6 +102,10 @@ pub(crate) struct SavedUser(pg_sys::Oid, i32);
 /// user).
 pub(crate) fn become_restricted(role: pg_sys::Oid) -> SavedUser {
     let (mut user, mut context) = (pg_sys::InvalidOid, 0);
+    // SAFETY: both take and give plain values (the outputs are locals of this frame), in a SQL
+    // function's transaction (both callers, leaf_id_column_max and leaf_opaque_grant, are SQL
+    // functions); `restore_user` gives the saved user and context back, or the (sub)transaction's
+    // abort resets them to what it saved.
     unsafe {
         pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
         pg_sys::SetUserIdAndSecContext(
@@ -107,5 +119,8 @@ pub(crate) fn become_restricted(role: pg_sys::Oid) -> SavedUser {
 }
 
 pub(crate) fn restore_user(saved: SavedUser) {
+    // SAFETY: plain values; `saved` can only come from `become_restricted` (its fields are
+    // private), in the same SQL function's transaction, so this puts back the caller's user and
+    // context.
     unsafe { pg_sys::SetUserIdAndSecContext(saved.0, saved.1) };
 }

@@ -13,12 +13,18 @@ use std::time::{Duration, Instant};
 const START_ATTEMPTS: u32 = 50;
 
 pub fn my_dboid() -> u32 {
+    // SAFETY: MyDatabaseId is this process's plain Oid global, set by InitPostgres before any SQL
+    // function or worker job runs and never changed after; read by value on the process's one
+    // thread.
     unsafe { pg_sys::MyDatabaseId.to_u32() }
 }
 
 /// This database's slot, cached per backend.
 pub fn my_db_slot(sh: &Shared) -> usize {
     static mut CACHED: Option<usize> = None;
+    // SAFETY: CACHED is a static of this process (not in shared memory) that only this function
+    // touches, by value (no reference to it is made), on the one thread that runs SQL functions; a
+    // cached index is a hint only, used after its slot's owner is checked to be this database.
     unsafe {
         if let Some(i) = CACHED {
             if sh.db(i).dboid.load(SeqCst) == my_dboid() {
@@ -49,6 +55,10 @@ pub fn my_db_slot(sh: &Shared) -> usize {
 
 /// Does the database exist (needs a transaction)?
 pub fn database_exists(dboid: u32) -> bool {
+    // SAFETY: the syscache needs a transaction, which every caller is in: `exists` of
+    // `Shared::reclaim_dropped_databases` and `forget_marks_of_dropped_databases`, called from SQL
+    // functions and from worker jobs inside `in_transaction`, with none of leaf_id's LWLocks held;
+    // the keys are Datums by value.
     unsafe {
         pg_sys::SearchSysCacheExists(
             pg_sys::SysCacheIdentifier::DATABASEOID as i32,
@@ -146,17 +156,25 @@ impl Deadline {
 /// passes. Call `prepare_wait` before checking the condition to avoid a
 /// lost wakeup. Interruptible (query cancel works).
 pub fn prepare_wait(sh: &Shared, db: usize) {
+    // SAFETY: the condition variable is the database slot's, in shared memory for the server's
+    // lifetime and initialised at startup (PostgreSQL's CV calls lock it); a backend has the PGPROC
+    // and latch a sleep needs. A process sleeps on one CV at a time: this cancels an earlier
+    // prepare.
     unsafe { pg_sys::ConditionVariablePrepareToSleep(sh.db(db).cv.get()) };
 }
 
 pub fn wait(sh: &Shared, db: usize, deadline: &Deadline) {
     let ms = deadline.remaining_ms().clamp(1, 100);
+    // SAFETY: as in `prepare_wait`: a valid, initialised CV in shared memory, and a backend with
+    // its own latch to wait on; a cancel raised in the sleep is an ordinary ERROR, which unwinds
+    // from here (the transaction's abort cancels the prepared sleep).
     unsafe {
         pg_sys::ConditionVariableTimedSleep(sh.db(db).cv.get(), ms, pg_sys::PG_WAIT_EXTENSION);
     }
 }
 
 pub fn end_wait() {
+    // SAFETY: takes no pointer, and only undoes this process's prepared sleep (nothing if none).
     unsafe { pg_sys::ConditionVariableCancelSleep() };
 }
 

@@ -7,8 +7,12 @@
 
 pub struct BackendLocal<T>(T);
 
-// Safety: read and written only by the backend's one thread that runs SQL
-// functions (see above); leaf_id starts no thread in a server process.
+// SAFETY: read and written only by the one thread of its process that runs
+// PostgreSQL code (pgrx calls SQL functions there, and panics on a pg_sys
+// call from any other); leaf_id starts no thread in a server process, so no
+// two threads ever share a `BackendLocal`. Each process has its own copy of
+// the static (not in shared memory), and `T` is a `Cell` or `RefCell`, so
+// borrows on that thread stay checked.
 unsafe impl<T> Sync for BackendLocal<T> {}
 
 impl<T> BackendLocal<T> {

@@ -68,10 +68,16 @@ impl WorkerContext {
     /// pg_terminate_backend)? (A commit whose wait for a synchronous standby
     /// the signal cut short is refused by `in_transaction`.)
     pub fn stopping(&self) -> bool {
+        // SAFETY: ProcDiePending is this process's `volatile sig_atomic_t`, set by PostgreSQL's
+        // SIGTERM handler (`die`) on this same thread; a volatile read through a raw pointer, with
+        // no reference to the static, is how C reads it too.
         unsafe { (&raw const pg_sys::ProcDiePending).read_volatile() != 0 }
     }
 }
 
+// SAFETY: the declaration matches PostgreSQL's `void die(SIGNAL_ARGS)` (tcopprot.h: one int, no
+// result, no unwinding); it is only handed to `set_sigterm_handler` as a signal handler, never
+// called from Rust.
 unsafe extern "C-unwind" {
     /// PostgreSQL's own SIGTERM handler of backends (pgrx wraps `pg_sys::die`
     /// in a Rust function; a signal handler needs the C symbol).

@@ -29,6 +29,10 @@ pub fn unix_us() -> i64 {
 /// terminate request) around it.
 pub fn wait_on_latch(timeout: std::time::Duration) {
     use pgrx::pg_sys;
+    // SAFETY: MyLatch is this process's own latch (a local one from process start, its PGPROC's
+    // procLatch after InitProcess), so WaitLatch may wait on it and ResetLatch clear it; every
+    // caller (backends, workers, helpers) is a child of the postmaster, whose death
+    // WL_EXIT_ON_PM_DEATH watches for.
     unsafe {
         pg_sys::WaitLatch(
             pg_sys::MyLatch,

@@ -47,6 +47,15 @@ pub(crate) fn write_text<const N: usize>(
     if s.len() > N {
         return false;
     }
+    // SAFETY: each text has one writer at a time and no reader meanwhile, by the slot's protocol
+    // (`citus::renewal_helper` is the only user). `host` and `command` are written by the
+    // database's one snowflake worker only while the slot's pid is 0 (`free()`), and read by a
+    // helper only after it swapped for its pid the STARTING stored after those writes (a helper
+    // given up before it started, STARTING swapped back to 0, can only take a later STARTING,
+    // stored after that request's writes). `answer` is written by the helper holding the slot, and
+    // read by the worker only once `answered`, stored after the write, is its request. Otherwise
+    // the pid goes back to 0 only at the helper's exit, or when no helper could be registered.
+    // `s.len() <= N` was checked.
     unsafe { (&mut *buf.get())[..s.len()].copy_from_slice(s.as_bytes()) };
     len.store(s.len() as u32, SeqCst);
     true
@@ -62,6 +71,10 @@ pub(crate) fn write_truncated<const N: usize>(buf: &UnsafeCell<[u8; N]>, len: &A
 
 pub(crate) fn read_text<const N: usize>(buf: &UnsafeCell<[u8; N]>, len: &AtomicU32) -> String {
     let n = (len.load(SeqCst) as usize).min(N);
+    // SAFETY: by the slot's protocol (see `write_text`) no write of this text overlaps the read: a
+    // helper reads `host`/`command` only once the slot's pid is its own, while the worker writes
+    // them only at pid 0; the worker reads `answer` only after the helper's write of it (`answered`
+    // is stored after). `n` is clamped to the array.
     unsafe { String::from_utf8_lossy(&(&*buf.get())[..n]).into_owned() }
 }
 

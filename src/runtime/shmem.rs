@@ -41,6 +41,12 @@ impl ErrorCell {
     /// Owner's lock held.
     pub fn set(&self, sqlstate: i32, message: &str) {
         let bytes = truncate_utf8(message, MESSAGE_BYTES);
+        // SAFETY: the bytes are written only here and read only in `get`, each with the owner's
+        // LWLock held exclusively: a tag's cell under `lock_tag` (segment::jobs, segment::sql), a
+        // database's under `lock_db` (snowflake::jobs, snowflake::sql), a wait note's under
+        // `lock_db` (standby_wait, worker_status). So no process touches them meanwhile, and this
+        // `&mut` is the only reference while it lives; `bytes.len() <= MESSAGE_BYTES`
+        // (truncate_utf8).
         unsafe { (&mut *self.message.get())[..bytes.len()].copy_from_slice(bytes) };
         self.len.store(bytes.len() as u32, SeqCst);
         self.sqlstate.store(sqlstate, SeqCst);
@@ -49,6 +55,9 @@ impl ErrorCell {
     /// Owner's lock held.
     pub fn get(&self) -> (i32, String) {
         let len = (self.len.load(SeqCst) as usize).min(MESSAGE_BYTES);
+        // SAFETY: the owner's LWLock is held (see `set` for which, and where), which every write
+        // holds too: nothing writes the bytes while this shared borrow lives; `len` is clamped to
+        // the array.
         let msg = unsafe { String::from_utf8_lossy(&(&*self.message.get())[..len]).into_owned() };
         (self.sqlstate.load(SeqCst), msg)
     }
@@ -329,12 +338,21 @@ impl DbSlot {
     }
     pub fn set_node_name(&self, name: &str) {
         let bytes = truncate_utf8(name, crate::settings::NODE_NAME_MAX_BYTES);
+        // SAFETY: NOT fully argued (issue #42). One writer: only `publish_claim` in the database's
+        // snowflake worker calls this, and `WorkerSlot::pid`, set under the global lock, admits one
+        // such worker per slot. But no lock keeps readers out: `leaf_snowflake_status` reads the
+        // bytes in other backends unlocked, so a read during a new claim races this copy (a torn
+        // name at worst).
         unsafe { (&mut *self.node_name.get())[..bytes.len()].copy_from_slice(bytes) };
         self.node_name_len.store(bytes.len() as u32, SeqCst);
     }
     pub fn node_name(&self) -> String {
         let len =
             (self.node_name_len.load(SeqCst) as usize).min(crate::settings::NODE_NAME_MAX_BYTES);
+        // SAFETY: NOT fully argued (issue #42): the snowflake worker's own reads (lease_renew,
+        // lease_close) cannot overlap its write in `set_node_name`, but `leaf_snowflake_status`
+        // reads here with no lock in another backend while the worker may write. `len` is clamped
+        // to the array.
         unsafe { String::from_utf8_lossy(&(&*self.node_name.get())[..len]).into_owned() }
     }
 }
@@ -343,10 +361,18 @@ impl TagSlot {
     /// Global lock held (or the slot owned by the caller's database).
     pub fn tag(&self) -> String {
         let len = (self.tag_len.load(SeqCst) as usize).min(TAG_MAX_BYTES);
+        // SAFETY: the bytes are written only by `find_or_allocate_tag`, holding both the global
+        // lock and this slot's lock; every caller of `tag()` holds the slot's lock (`lock_tag` in
+        // segment::jobs and `leaf_segment_status`), so no write overlaps this borrow. `len` is
+        // clamped to the array.
         unsafe { String::from_utf8_lossy(&(&*self.tag.get())[..len]).into_owned() }
     }
     fn tag_is(&self, tag: &str) -> bool {
         let len = self.tag_len.load(SeqCst) as usize;
+        // SAFETY: only `find_or_allocate_tag` calls this, with the global lock held, which every
+        // write of the bytes holds too (the same function, further down); `len == tag.len()` was
+        // checked, and a stored length never exceeds TAG_MAX_BYTES (it is written with bytes that
+        // fit the array).
         len == tag.len() && unsafe { &(&*self.tag.get())[..len] } == tag.as_bytes()
     }
     pub fn status(&self) -> TagStatus {
@@ -437,7 +463,16 @@ pub struct Shared {
     locks: *mut pg_sys::LWLockPadded,
 }
 
+// SAFETY: a `Shared` is pointers and counts written once by `on_shmem_startup` and only read after.
+// What they point to is shared memory PostgreSQL maps for the server's lifetime and that many
+// processes use at once: atomics, UnsafeCells used only under the LWLock named at each access
+// (except `DbSlot::node_name`, see there), and header fields written at startup or under the global
+// lock. Within a process only the one thread that runs PostgreSQL code uses it: leaf_id starts no
+// thread, and pgrx panics on a pg_sys call (LWLockAcquire included) from any other thread, so the
+// LWLocks never have to tell two threads of one PGPROC apart.
 unsafe impl Sync for Shared {}
+// SAFETY: as for Sync above: the pointers are valid in the whole process (shared memory mapped at
+// one address), and nothing in a `Shared` belongs to the thread that made it.
 unsafe impl Send for Shared {}
 
 static mut SHARED: Option<Shared> = None;
@@ -467,6 +502,11 @@ fn n_locks(n_dbs: usize, n_tags: usize) -> i32 {
 
 /// From `_PG_init`, only while shared_preload_libraries is processed.
 pub fn install_hooks() {
+    // SAFETY: `_PG_init` calls this only while shared_preload_libraries is processed: in the
+    // postmaster before it forks (or an EXEC_BACKEND child as it starts), on one thread, before
+    // PostgreSQL calls any of these hooks, so the statics and PostgreSQL's hook variables are
+    // written with no reader; the previous hooks are kept to be chained. On 13 and 14 `request`
+    // runs here, which is where those versions take requests (see its Safety).
     unsafe {
         #[cfg(any(feature = "pg13", feature = "pg14"))]
         request();
@@ -480,16 +520,31 @@ pub fn install_hooks() {
     }
 }
 
+/// # Safety
+///
+/// Call only where PostgreSQL takes add-in shared memory requests: in the postmaster while
+/// shared_preload_libraries is processed (13, 14), or in `shmem_request_hook` (15 on). Elsewhere 13
+/// and 14 ignore the requests (the startup hook would find no room) and 15 on raise a FATAL.
 unsafe fn request() {
     let (n_dbs, n_tags) = counts();
+    // SAFETY: the caller is where requests are taken (see Safety); the tranche name is a 'static
+    // NUL-terminated string shorter than NAMEDATALEN, which PostgreSQL copies.
     unsafe {
         pg_sys::RequestAddinShmemSpace(layout(n_dbs, n_tags).3);
         pg_sys::RequestNamedLWLockTranche(TRANCHE.as_ptr(), n_locks(n_dbs, n_tags));
     }
 }
 
+/// # Safety
+///
+/// Only as `shmem_request_hook` (installed by `install_hooks`, 15 on): PostgreSQL calls it in the
+/// postmaster while it takes shared memory requests, which is what `request` needs.
 #[pgrx::pg_guard]
 unsafe extern "C-unwind" fn on_shmem_request() {
+    // SAFETY: PREV_SHMEM_REQUEST_HOOK was set in `install_hooks`, before PostgreSQL could call this
+    // hook, to the hook that was installed before (a function of a library that stays loaded); it
+    // is read by value on the postmaster's one thread. We are in shmem_request_hook, as `request`
+    // needs.
     unsafe {
         if let Some(prev) = PREV_SHMEM_REQUEST_HOOK {
             prev();
@@ -498,8 +553,26 @@ unsafe extern "C-unwind" fn on_shmem_request() {
     }
 }
 
+/// # Safety
+///
+/// Only as `shmem_startup_hook` (installed by `install_hooks`): PostgreSQL calls it once shared
+/// memory is created, at the end of CreateSharedMemoryAndSemaphores (the control file and the
+/// LWLocks are set up by then): in the postmaster at start and after a crash (no child runs then),
+/// and with EXEC_BACKEND in each child as it starts; `request` reserved room and locks.
 #[pgrx::pg_guard]
 unsafe extern "C-unwind" fn on_shmem_startup() {
+    // SAFETY: PREV_SHMEM_STARTUP_HOOK is the hook installed before ours, saved in `install_hooks`
+    // before this could run; read by value on this process's one thread. MainLWLockArray is set up
+    // before the hook; its index 21 is AddinShmemInitLock (lwlocknames, 13 to 18), taken as
+    // PostgreSQL's own modules take it here (the postmaster has no PGPROC but meets no contention).
+    // `ShmemInitStruct` returns `total` bytes (reserved by `request` from the same PGC_POSTMASTER
+    // settings, else it raises), aligned to a cache line (ShmemAllocRaw), so `base` plus the
+    // 64-byte multiples of `layout` is aligned for every `#[repr(C)]` type here. When it is new,
+    // the region is zeroed (a valid empty state for every slot) and the header and condition
+    // variables are set with the lock held, before any other process maps it. The tranche has
+    // `n_locks(n_dbs, n_tags)` locks (requested in `request`). SHARED is written only here, with no
+    // `&` to it alive: the postmaster never calls `shared()`, and a child runs this before any SQL
+    // function or worker.
     unsafe {
         if let Some(prev) = PREV_SHMEM_STARTUP_HOOK {
             prev();
@@ -542,6 +615,9 @@ unsafe extern "C-unwind" fn on_shmem_startup() {
 
 /// The data directory (the owner file and the segment reserve files).
 pub fn data_dir() -> std::path::PathBuf {
+    // SAFETY: DataDir is set by the postmaster (SelectConfigFiles) before it loads this library,
+    // and inherited by every child; a NUL-terminated absolute path, never freed or changed while
+    // the process runs, read on its one thread.
     let dir = unsafe { std::ffi::CStr::from_ptr(pg_sys::DataDir) };
     std::path::PathBuf::from(dir.to_string_lossy().into_owned())
 }
@@ -549,8 +625,17 @@ pub fn data_dir() -> std::path::PathBuf {
 /// The token this lifetime holds its worker ids under: the previous
 /// lifetime's after a restart of the same data directory (`owner_file`),
 /// else a new random one.
+///
+/// # Safety
+///
+/// Only from `on_shmem_startup` (its one caller): `GetSystemIdentifier` reads the control file,
+/// which is in shared memory once XLOGShmemInit has run, before the startup hook.
 unsafe fn owner_token_for_this_lifetime() -> i64 {
+    // SAFETY: `new_owner_token` needs only a process of the server (its Safety).
     let fresh = unsafe { new_owner_token() };
+    // SAFETY: PostPortNumber is a plain int setting, set from the configuration before shared
+    // memory is created and read by value; the control file `GetSystemIdentifier` reads is in place
+    // (this function's Safety).
     let (token, outcome) = crate::runtime::owner_file::token_for_this_lifetime(
         &data_dir(),
         unsafe { pg_sys::PostPortNumber },
@@ -570,11 +655,15 @@ unsafe fn owner_token_for_this_lifetime() -> i64 {
 
 /// A random nonce for a file's write (`owner_file::BootRecord`).
 pub fn random_nonce() -> u64 {
+    // SAFETY: `new_owner_token` needs only a process of the server (its Safety).
     unsafe { new_owner_token() as u64 }
 }
 
 /// The record outside the data directory of one of its files.
 pub fn boot_record(what: &str) -> Option<crate::runtime::owner_file::BootRecord> {
+    // SAFETY: PostPortNumber is a plain int setting, set before any child is forked and read by
+    // value; `GetSystemIdentifier` reads the control file, in shared memory since before the
+    // startup hook, which every caller's process (workers, backends) has attached.
     crate::runtime::owner_file::BootRecord::of(
         what,
         &data_dir(),
@@ -584,12 +673,19 @@ pub fn boot_record(what: &str) -> Option<crate::runtime::owner_file::BootRecord>
 }
 
 /// A random positive token (0 stands for "no owner" in SQL comparisons).
+///
+/// # Safety
+///
+/// No precondition beyond running in a process of the server: `pg_strong_random` writes only the
+/// caller's buffer, and `MyProcPid` is set when the process starts.
 unsafe fn new_owner_token() -> i64 {
     let mut buf = [0u8; 8];
+    // SAFETY: pg_strong_random writes at most `buf.len()` bytes to `buf`, a live local array.
     let ok = unsafe { pg_sys::pg_strong_random(buf.as_mut_ptr().cast(), buf.len()) };
     let mut token = i64::from_ne_bytes(buf) & i64::MAX;
     if !ok || token == 0 {
         // no strong randomness: time and pid still differ between servers
+        // SAFETY: MyProcPid is this process's plain int global, set at its start, read by value.
         token = (crate::runtime::clock::unix_us() ^ (unsafe { pg_sys::MyProcPid } as i64) << 40)
             & i64::MAX
             | 1;
@@ -599,6 +695,10 @@ unsafe fn new_owner_token() -> i64 {
 
 /// The shared region, or None when the library was not preloaded.
 pub fn shared() -> Option<&'static Shared> {
+    // SAFETY: SHARED is written only by `on_shmem_startup`: in the postmaster before it forks (the
+    // children inherit it) or in an EXEC_BACKEND child at its start, before any caller of this
+    // runs; the postmaster, which writes it again after a crash, never calls this. Read through a
+    // raw pointer (no `&mut` exists), on the process's one thread, so the `&'static` stays valid.
     unsafe { (*(&raw const SHARED)).as_ref() }
 }
 
@@ -608,6 +708,11 @@ pub struct LockGuard(*mut pg_sys::LWLock);
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
+        // SAFETY: a LockGuard is made only by `lock_at`, right after this process acquired that
+        // lock (a live LWLock of the tranche); it is not Send, so it is dropped in that process,
+        // once. An ERROR unwinds the Rust frames (this drop, with the lock still held) before
+        // PostgreSQL's abort releases every LWLock, and a FATAL exits without returning to them, so
+        // the lock is held here.
         unsafe { pg_sys::LWLockRelease(self.0) };
     }
 }
@@ -635,6 +740,10 @@ impl Shared {
     /// Global lock held: `db`'s generator may issue with `worker_id` up to
     /// `until_ms` (noted before the generator gets the lease).
     pub fn note_worker_id_lease_locked(&self, worker_id: i64, dboid: u32, until_ms: i64) {
+        // SAFETY: `header` points to the region's header (on_shmem_startup: aligned, valid for the
+        // server's lifetime). `worker_id_leases` is read and written only with the global lock
+        // held: the callers hold it (`note_worker_id_lease`, `publish_claim`), so this `&mut` to
+        // the array is the only access to it in any process while it lives.
         let Some(e) = (unsafe { (*self.header).worker_id_leases.get_mut(worker_id as usize) })
         else {
             return;
@@ -651,6 +760,9 @@ impl Shared {
     /// taking the id needs only to start above that.
     pub fn note_worker_id_closed(&self, worker_id: i64, dboid: u32, issued_ms: i64) {
         let _g = self.lock_global();
+        // SAFETY: as in `note_worker_id_lease_locked`: the header is valid, and the global lock,
+        // taken just above, is held by every access to `worker_id_leases`, so this `&mut` is the
+        // only one.
         if let Some(e) = unsafe { (*self.header).worker_id_leases.get_mut(worker_id as usize) }
             && e.dboid == dboid
         {
@@ -668,6 +780,9 @@ impl Shared {
     /// held with `worker_id` in this lifetime (0: none), unless that database
     /// is `except`.
     fn noted_lease_locked(&self, worker_id: i64, except: Option<u32>) -> i64 {
+        // SAFETY: the header is valid (see `note_worker_id_lease_locked`); the callers hold the
+        // global lock (`other_database_lease`, `lifetime_lease`, `publish_claim`), which every
+        // write of `worker_id_leases` holds, so nothing writes the array while it is read.
         match unsafe { (*self.header).worker_id_leases.get(worker_id as usize) } {
             Some(e) if e.dboid != 0 && Some(e.dboid) != except => e.until_ms,
             _ => 0,
@@ -700,11 +815,16 @@ impl Shared {
     /// many finished in this lifetime (any database's: a worker then reads
     /// its file again).
     pub fn reserve_resets(&self, dboid: u32) -> &[AtomicU64; 2] {
+        // SAFETY: the header is in shared memory, valid and aligned for the server's lifetime (see
+        // `on_shmem_startup`); the borrowed counters are atomics, which any process may use at
+        // once.
         unsafe { &(*self.header).reserve_resets[dboid as usize % RESET_BUCKETS] }
     }
 
     /// This server lifetime's owner token (see `Header::owner_token`).
     pub fn owner_token(&self) -> i64 {
+        // SAFETY: the header is valid for the server's lifetime; `owner_token` is written once in
+        // `on_shmem_startup`, before any other process maps the region, and never again.
         unsafe { (*self.header).owner_token }
     }
 
@@ -720,13 +840,29 @@ impl Shared {
     }
     pub fn tag(&self, i: usize) -> &TagSlot {
         assert!(i < self.n_tags);
+        // SAFETY: `i < n_tags` (asserted) and `tags` points to the `n_tags` slots `layout` placed
+        // in the region from ShmemInitStruct: aligned, valid for the server's lifetime, zeroed or
+        // initialised (a valid TagSlot either way). Its fields are atomics, or the tag bytes and
+        // error cell that are used only under the locks named there, so a shared reference is sound
+        // in every process.
         unsafe { &*self.tags.add(i) }
     }
     pub fn db(&self, i: usize) -> &DbSlot {
         assert!(i < self.n_dbs);
+        // SAFETY: `i < n_dbs` (asserted) and `dbs` points to the `n_dbs` slots `layout` placed in
+        // the region: aligned, valid for the server's lifetime, zeroed or initialised at startup.
+        // Its fields are atomics, the condition variable (PostgreSQL's CV calls lock it) and
+        // UnsafeCells used only as argued at their accesses, so a shared reference is sound in
+        // every process.
         unsafe { &*self.dbs.add(i) }
     }
     fn lock_at(&self, i: usize) -> LockGuard {
+        // SAFETY: `locks` is the tranche's array of `n_locks(n_dbs, n_tags)` LWLocks in shared
+        // memory (GetNamedLWLockTranche in the startup hook). `i` is in it: 0, `1 + db` or `1 +
+        // n_dbs + tag`, where every caller passes an index it got from `db_slot`/`find_db_slot` or
+        // a `0..n` loop, and lock_tag's callers index the slot first with `tag(i)`, which asserts
+        // (not checked here). Only backends and workers call this, which have the PGPROC that
+        // LWLockAcquire waits with.
         unsafe {
             let lock = &raw mut (*self.locks.add(i)).lock;
             pg_sys::LWLockAcquire(lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
@@ -887,6 +1023,10 @@ impl Shared {
         let _t = self.lock_tag(i);
         slot.epoch.fetch_add(1, SeqCst);
         slot.pair.retire();
+        // SAFETY: both the global lock (`_g`) and the slot's lock (`_t`) are held, and every reader
+        // of the bytes holds one of them (`tag()` the slot's, `tag_is` the global), so no process
+        // reads or writes them meanwhile; a tag longer than the array fails the bounds check (a
+        // panic, no write past).
         unsafe { (&mut *slot.tag.get())[..tag.len()].copy_from_slice(tag.as_bytes()) };
         slot.tag_len.store(tag.len() as u32, SeqCst);
         for counter in [&slot.dynamic_step, &slot.table_step, &slot.last_refill_us] {
@@ -961,11 +1101,16 @@ impl Shared {
     }
 
     fn mark_key(&self) -> (u64, u64) {
+        // SAFETY: the header is valid for the server's lifetime; `mark_key` is written once in
+        // `on_shmem_startup`, before any other process maps the region, and never again.
         unsafe { (*self.header).mark_key }
     }
 
     fn mark(&self, i: usize) -> &ReservedMark {
         assert!(i < n_marks(self.n_tags));
+        // SAFETY: `i < n_marks(n_tags)` (asserted), the count `layout` reserved, the same in every
+        // process (leaf_id.max_tags and the test mark count are PGC_POSTMASTER); `marks` is aligned
+        // and valid for the server's lifetime, and a ReservedMark is atomics only (zeroed = free).
         unsafe { &*self.marks.add(i) }
     }
 
@@ -1041,11 +1186,20 @@ impl Shared {
     pub fn wake_worker(&self, db: usize, role: Role) {
         let latch = self.db(db).worker(role).latch.load(SeqCst);
         if !latch.is_null() {
+            // SAFETY: a non-null `latch` was stored by the worker as its MyLatch, which after
+            // InitProcess is the `procLatch` of its PGPROC: shared memory, valid for the server's
+            // lifetime. If the worker has exited since the load, the PGPROC is free or another
+            // process's, and SetLatch on it is at worst a spurious wakeup, which every latch wait
+            // of PostgreSQL tolerates.
             unsafe { pg_sys::SetLatch(latch) };
         }
     }
 
     pub fn broadcast(&self, db: usize) {
+        // SAFETY: the condition variable is in the database slot, in shared memory for the server's
+        // lifetime, initialised by ConditionVariableInit at startup; PostgreSQL's CV calls take its
+        // spinlock, so many processes may use it at once. Broadcast needs MyProc: the callers are
+        // backends and workers (`detach` too, which runs before ProcKill gives up the PGPROC).
         unsafe { pg_sys::ConditionVariableBroadcast(self.db(db).cv.get()) };
     }
 }

@@ -107,6 +107,9 @@ fn report_activity(what: &str) {
             std::ffi::CString::new(format!("leaf_id worker: its commit waits for {what}")).ok()
         })
         .flatten();
+    // SAFETY: pgstat_report_activity writes this process's own backend status entry (and returns at
+    // once if it has none); `t` is a NUL-terminated string alive for the call, which it copies, and
+    // the idle state passes no string, which it accepts.
     unsafe {
         match &text {
             Some(t) => {
@@ -206,6 +209,7 @@ pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
                 if noted.is_some() {
                     // a backend's wake-up that came during the wait was
                     // consumed by it: the loop looks at its requests again
+                    // SAFETY: MyLatch is this process's own latch, valid for its whole life.
                     unsafe { pg_sys::SetLatch(pg_sys::MyLatch) };
                 }
                 if logged {
@@ -236,6 +240,7 @@ pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
                 if start.elapsed() >= timeout {
                     // the note stays: the commit is still not confirmed, and
                     // the next job's wait goes on from it (the views' since)
+                    // SAFETY: MyLatch is this process's own latch, valid for its whole life.
                     unsafe { pg_sys::SetLatch(pg_sys::MyLatch) };
                     return Err(JobError::new(
                         PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
@@ -248,6 +253,8 @@ pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
                 crate::runtime::clock::wait_on_latch(POLL);
                 // told to stop (shutdown, pg_terminate_backend): leave before
                 // the next read of the slots would end the worker at once
+                // SAFETY: ProcDiePending is this process's `volatile sig_atomic_t`, set by `die` on
+                // this thread; read volatile through a raw pointer, as C does.
                 if unsafe { (&raw const pg_sys::ProcDiePending).read_volatile() != 0 } {
                     set_note("", None);
                     return Err(JobError::new(
@@ -270,6 +277,9 @@ fn read_slots() -> Result<Vec<SlotState>, JobError> {
     let committed_ref = std::panic::AssertUnwindSafe(&mut committed);
     let result = PgTryBuilder::new(move || {
         let committed_ref = committed_ref;
+        // SAFETY: only `confirm` calls this, which `in_transaction` calls after its own transaction
+        // has ended: no transaction is open in this worker, so one may start here; the snapshot is
+        // pushed in it and popped below, before the commit.
         unsafe {
             pg_sys::StartTransactionCommand();
             pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
@@ -293,6 +303,8 @@ fn read_slots() -> Result<Vec<SlotState>, JobError> {
             }
             Ok::<_, JobError>(out)
         });
+        // SAFETY: the snapshot pushed above is on top (Spi::connect popped whatever it pushed) and
+        // the transaction started above is in progress (an error would have left this closure).
         unsafe {
             pg_sys::PopActiveSnapshot();
             pg_sys::CommitTransactionCommand();
@@ -312,6 +324,9 @@ fn read_slots() -> Result<Vec<SlotState>, JobError> {
     })
     .execute();
     if !committed {
+        // SAFETY: the transaction started above was not committed: an error (caught by
+        // PgTryBuilder) left it in progress or failed, and AbortCurrentTransaction ends it either
+        // way, snapshots included (and does nothing if it never started).
         unsafe { pg_sys::AbortCurrentTransaction() };
     }
     result

@@ -47,7 +47,8 @@ impl<'a> TextArg<'a> {
 }
 
 fn not_utf8() -> ! {
-    // SAFETY: reads the database's encoding, set before any SQL function runs.
+    // SAFETY: GetDatabaseEncoding takes no pointer and reads a global that InitPostgres sets from
+    // the database before any SQL function runs.
     let utf8_database = unsafe { pg_sys::GetDatabaseEncoding() } == pg_sys::pg_enc::PG_UTF8 as i32;
     let message = if utf8_database {
         "leaf_id takes text of UTF-8 characters only, and this argument is not valid UTF-8 (a custom setting sent at connection start is not checked by the server)"
@@ -62,6 +63,10 @@ fn not_utf8() -> ! {
 }
 
 impl FromDatum for TextArg<'_> {
+    /// # Safety
+    ///
+    /// `FromDatum`'s: unless `is_null`, `datum` is a varlena (a `text`) handed over by PostgreSQL,
+    /// valid for as long as the returned bytes are used: the function call.
     unsafe fn from_polymorphic_datum(
         datum: pg_sys::Datum,
         is_null: bool,
@@ -73,7 +78,10 @@ impl FromDatum for TextArg<'_> {
         let mut varlena = datum.cast_mut_ptr::<pg_sys::varlena>();
         // SAFETY: a non-null `text` datum points to a varlena that lives as
         // long as the call; a compressed or out-of-line one is detoasted
-        // into memory of the call's context first.
+        // into memory of the call's context first (pg_detoast_datum_packed
+        // pallocs in CurrentMemoryContext, not reset during the call), so
+        // what `varlena_to_byte_slice` reads in place is an inline value
+        // with a 1-byte or 4-byte header, its length taken from that header.
         unsafe {
             if varatt_is_1b_e(varlena) || varatt_is_4b_c(varlena) {
                 varlena = pg_sys::pg_detoast_datum_packed(varlena);
@@ -83,20 +91,37 @@ impl FromDatum for TextArg<'_> {
     }
 }
 
+// SAFETY: both methods unbox only through `FromDatum` above, on the argument PostgreSQL passes for
+// a `TEXT` parameter, and the bytes borrowed carry the call's lifetime `'fcx`, within which the
+// argument (or its detoasted copy in the caller's memory context) lives.
 unsafe impl<'fcx> ArgAbi<'fcx> for TextArg<'fcx> {
+    /// # Safety
+    ///
+    /// `ArgAbi`'s: the argument is a non-null datum of this call of the SQL type `TextArg` maps to,
+    /// `TEXT` (see `SqlTranslatable` below), which is all the generated SQL lets PostgreSQL pass.
     unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
         let index = arg.index();
+        // SAFETY: the argument is a `text` datum of this call (this function's Safety), as
+        // `from_polymorphic_datum` requires; a NULL panics before any read.
         unsafe {
             arg.unbox_arg_using_from_datum()
                 .unwrap_or_else(|| panic!("argument {index} must not be null"))
         }
     }
 
+    /// # Safety
+    ///
+    /// `ArgAbi`'s: the argument is a datum of this call of SQL type `TEXT` or NULL.
     unsafe fn unbox_nullable_arg(arg: Arg<'_, 'fcx>) -> Nullable<Self> {
+        // SAFETY: the argument is a `text` datum of this call or NULL (this function's Safety),
+        // which `from_polymorphic_datum` takes, a NULL as None without a read.
         unsafe { arg.unbox_arg_using_from_datum().into() }
     }
 }
 
+// SAFETY: the SQL type declared for the argument is `TEXT`, whose datums are the varlenas
+// `from_polymorphic_datum` reads; a TextArg is never returned (RETURN_SQL is an error), so no
+// mapping of results is claimed.
 unsafe impl SqlTranslatable for TextArg<'_> {
     const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!(TextArg<'static>);
     const TYPE_ORIGIN: TypeOrigin = TypeOrigin::External;

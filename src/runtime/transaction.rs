@@ -166,6 +166,9 @@ pub fn harden_session() {
 /// anyone), and every job would run as that role. The setting's check looks
 /// the name up: in a transaction of its own (never called inside a job's).
 fn force_session_user() {
+    // SAFETY: only `harden_session` calls this, in a worker or helper connected to its database and
+    // outside any transaction (at its start, and between jobs after a SIGHUP), so a transaction may
+    // start here; the name is palloc'd in it and copied by the GUC code before the commit frees it.
     unsafe {
         pg_sys::StartTransactionCommand();
         let name =
@@ -181,6 +184,11 @@ fn force_session_user() {
 }
 
 fn force(name: &CStr, value: &CStr) {
+    // SAFETY: `name` and `value` are NUL-terminated and alive for the call, and the GUC code copies
+    // the value; a setting that is refused raises an ERROR (PGC_S_OVERRIDE) rather than returning.
+    // Called from `harden_session` in a worker's main line, outside a transaction: none of the
+    // settings it forces so needs the catalog (session_authorization, which does, is set in a
+    // transaction by `force_session_user`).
     unsafe {
         pg_sys::SetConfigOption(
             name.as_ptr(),
@@ -195,6 +203,9 @@ fn force(name: &CStr, value: &CStr) {
 /// is pending: Citus then stops a distributed statement early without an
 /// error (its `IsHoldOffCancellationReceived`).
 pub fn cancel_held_off() -> bool {
+    // SAFETY: InterruptHoldoffCount (volatile uint32), ProcDiePending and QueryCancelPending
+    // (volatile sig_atomic_t) are this process's globals, set by mainline code or a signal handler
+    // on this same thread; read volatile through raw pointers, with no reference to the statics.
     unsafe {
         (&raw const pg_sys::InterruptHoldoffCount).read_volatile() > 0
             && ((&raw const pg_sys::ProcDiePending).read_volatile() != 0
@@ -291,6 +302,9 @@ fn force_remote_settings() -> Result<(), JobError> {
 
 /// Is a setting defined (by PostgreSQL or a loaded library)?
 fn setting_defined(name: &CStr) -> bool {
+    // SAFETY: `name` is NUL-terminated and alive for the call; with missing_ok and no privilege
+    // check, GetConfigOption only looks the setting up (no catalog, no transaction) and returns
+    // NULL or a pointer that is only compared with NULL here.
     unsafe { !pg_sys::GetConfigOption(name.as_ptr(), true, false).is_null() }
 }
 
@@ -306,6 +320,10 @@ pub fn citus_loaded() -> bool {
 pub(crate) fn in_transaction<T>(
     job: impl FnOnce(&Schema) -> Result<T, JobError>,
 ) -> Result<T, JobError> {
+    // SAFETY: callers run this in a worker or renewal helper connected to its database, from its
+    // main line and never inside another transaction (jobs run one after another, and
+    // `standby_wait::confirm` starts its own only after this one ends), so a transaction may start
+    // here, and its snapshot is the one pushed onto an empty active stack.
     unsafe {
         pg_sys::SetCurrentStatementStartTimestamp();
         pg_sys::StartTransactionCommand();
@@ -317,11 +335,15 @@ pub(crate) fn in_transaction<T>(
     let mut commit_end: Option<u64> = None;
     let commit_end_ref = AssertUnwindSafe(&mut commit_end);
     let mut code_keeper = pg_sys::ErrorContextCallback {
+        // SAFETY: error_context_stack is this process's global, read by value on its one thread.
         previous: unsafe { pg_sys::error_context_stack },
         callback: Some(note_reported_code),
         arg: std::ptr::null_mut(),
     };
     LAST_REPORTED_CODE.with(|c| c.set(0));
+    // SAFETY: `code_keeper` lives in this frame until the function returns, and `_unlink`, declared
+    // after it and so dropped before it (on return or unwind), puts the previous top back: the
+    // stack never points to it once it is gone. Its callback only reads the error being reported.
     unsafe { pg_sys::error_context_stack = &raw mut code_keeper };
     // unlinked however the job ends (`code_keeper` dies with this frame)
     let _unlink = ContextRestore(code_keeper.previous);
@@ -352,11 +374,16 @@ pub(crate) fn in_transaction<T>(
             )),
         };
         if result.is_ok() {
+            // SAFETY: in the transaction started above, still in progress (the job returned Ok, and
+            // jobs run SPI only, which never ends the transaction); the call only reads its state.
             let wrote = unsafe { pg_sys::GetTopTransactionIdIfAny() } != pg_sys::InvalidTransactionId;
             let sync_wait = wrote && synchronous_standbys_defined();
             if sync_wait {
                 crate::runtime::standby_wait::note_synchronous_commit(true);
             }
+            // SAFETY: the snapshot pushed at the start is on top (each Spi::connect popped what it
+            // pushed) and the transaction started above is in progress, so both calls end what this
+            // function began.
             unsafe {
                 pg_sys::PopActiveSnapshot();
                 pg_sys::CommitTransactionCommand();
@@ -366,6 +393,8 @@ pub(crate) fn in_transaction<T>(
             }
             *committed_ref.0 = true;
             if wrote {
+                // SAFETY: XactLastCommitEnd is this process's global, set by the commit just made;
+                // read by value through a raw pointer, with no reference to the static.
                 *commit_end_ref.0 = Some(unsafe { (&raw const pg_sys::XactLastCommitEnd).read() });
             }
             if wrote && !commit_replicated() {
@@ -391,6 +420,9 @@ pub(crate) fn in_transaction<T>(
     })
     .execute();
     if !committed {
+        // SAFETY: the transaction started above was not committed: an error (caught by
+        // PgTryBuilder) left it in progress or failed, and AbortCurrentTransaction ends it either
+        // way, popping its snapshots (and does nothing if none had started).
         unsafe { pg_sys::AbortCurrentTransaction() };
     }
     match (result, commit_end) {
@@ -406,6 +438,8 @@ struct ContextRestore(*mut pg_sys::ErrorContextCallback);
 
 impl Drop for ContextRestore {
     fn drop(&mut self) {
+        // SAFETY: `self.0` is the entry that was on top when `in_transaction` linked its own: null,
+        // or one of a frame below, still alive; putting it back restores the stack as it was.
         unsafe { pg_sys::error_context_stack = self.0 };
     }
 }
@@ -417,7 +451,13 @@ thread_local! {
 
 /// An error-context callback: `errfinish` runs it for every report made
 /// while a job runs, the job's ERROR last, with the code as raised.
+///
+/// # Safety
+///
+/// Only as the callback of `in_transaction`'s error-context entry: PostgreSQL calls it while a
+/// report is on the error stack (errfinish, or GetErrorContextStack), which `geterrcode` needs.
 unsafe extern "C-unwind" fn note_reported_code(_arg: *mut std::os::raw::c_void) {
+    // SAFETY: a report is on the error stack (see Safety), whose code geterrcode returns.
     let code = unsafe { pg_sys::geterrcode() };
     // classes 00, 01 and 02 are no errors (a WARNING a trigger logs before
     // it rethrows with a bare RAISE, which does not pass errfinish again)
@@ -458,6 +498,11 @@ fn raw_code_of(caught: PgSqlErrorCode) -> i32 {
 /// Are synchronous standbys defined (synchronous_standby_names, as the
 /// walsenders last read it)? Then a commit waits for them.
 fn synchronous_standbys_defined() -> bool {
+    // SAFETY: WalSndCtl points to the walsenders' shared struct, set up with shared memory (NULL
+    // checked anyway); max_wal_senders is a plain int read by value. `sync_standbys_status` is one
+    // byte the checkpointer writes under SyncRepLock, read here volatile and unlocked as
+    // SyncRepWaitForLSN's own fast exit reads it; its layout is that of the minor releases
+    // `check_server_minor` admits.
     unsafe {
         let ctl = pg_sys::WalSndCtl;
         if ctl.is_null() || (&raw const pg_sys::max_wal_senders).read() == 0 {
@@ -476,6 +521,11 @@ fn commit_replicated() -> bool {
     if !synchronous_standbys_defined() {
         return true;
     }
+    // SAFETY: WalSndCtl is non-null (synchronous_standbys_defined said so) and valid for the
+    // server's lifetime. `lsn[SYNC_REP_WAIT_FLUSH]` is an aligned 8-byte XLogRecPtr that walsenders
+    // write under SyncRepLock; read volatile and unlocked, a single load on the 64-bit servers
+    // leaf_id runs on (its Datum packing needs 64 bits too), and a stale value is only lower, which
+    // refuses the commit. XactLastCommitEnd is this process's global.
     unsafe {
         let ctl = pg_sys::WalSndCtl;
         let flushed = (&raw const (*ctl).lsn[pg_sys::SYNC_REP_WAIT_FLUSH as usize]).read_volatile();

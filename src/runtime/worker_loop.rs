@@ -27,12 +27,21 @@ use pgrx::prelude::*;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
+/// # Safety
+///
+/// Only as the `on_shmem_exit` callback `leaf_id_worker_main` registers once the worker holds its
+/// slot: PostgreSQL calls it once, at this worker's exit, with the Datum packed there (the database
+/// slot's index, below `n_dbs`, and the role), and before ProcKill (registered earlier, so run
+/// later) gives up the PGPROC that the LWLocks and the broadcast below need.
 #[pg_guard]
 unsafe extern "C-unwind" fn detach(_code: i32, arg: pg_sys::Datum) {
     let (db_index, role) = unpack(arg);
     let db_index = db_index as usize;
     if let Some(sh) = shared() {
         // an error exit may hold LWLocks; ours are needed below
+        // SAFETY: in the exit of a process that still has its PGPROC (see Safety), as ProcKill
+        // itself does: it releases whatever LWLocks an error exit left held (their guards' frames
+        // never run again), so the locks taken below do not wait on this process.
         unsafe { pg_sys::LWLockReleaseAll() };
         let db = sh.db(db_index);
         match role {
@@ -72,10 +81,16 @@ unsafe extern "C-unwind" fn detach(_code: i32, arg: pg_sys::Datum) {
 }
 
 #[pg_guard]
+// SAFETY: no other symbol of the server or its libraries is named `leaf_id_worker_main` (the
+// extension's prefix); the postmaster looks it up by this name (`bgworker::start_dynamic`) and
+// calls it with one Datum, this signature.
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
     let (dboid, role) = unpack(arg);
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP);
+    // SAFETY: `die` is PostgreSQL's async-signal-safe SIGTERM handler of backends: it sets flags
+    // and this process's latch, and a background worker with shared memory access has its MyLatch
+    // (InitProcess ran before this entry point).
     unsafe {
         // SIGTERM as for a backend: sets ProcDiePending, so a wait for a
         // synchronous standby ends and CHECK_FOR_INTERRUPTS exits
@@ -93,10 +108,17 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
         if me.pid.load(SeqCst) != 0 {
             return; // another worker serves this database in this mode
         }
+        // SAFETY: MyProcPid is this process's int global, set at its start, read by value.
         me.pid.store(unsafe { pg_sys::MyProcPid }, SeqCst);
+        // SAFETY: MyLatch is this process's pointer global, read by value: the procLatch of this
+        // worker's PGPROC (InitProcess), in shared memory for the server's lifetime, so backends
+        // may set it through `wake_worker`.
         me.latch.store(unsafe { pg_sys::MyLatch }, SeqCst);
         me.requested_at.store(0, SeqCst);
     }
+    // SAFETY: registers `detach` (see its Safety) with this worker's slot index and role by value,
+    // only now that the slot's pid is ours, so it undoes this worker's state only; one
+    // registration, well within PostgreSQL's MAX_ON_EXITS.
     unsafe { pg_sys::on_shmem_exit(Some(detach), pack(db as u32, role)) };
     transaction::harden_session();
     let slot = sh.db(db);
@@ -135,6 +157,8 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
             break;
         }
         if BackgroundWorker::sighup_received() {
+            // SAFETY: the worker's main loop between jobs, with no transaction open: where
+            // PostgreSQL's own background workers reload the configuration after a SIGHUP.
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
             transaction::harden_session();
             if let Jobs::Snowflake(snowflake) = &mut jobs {
@@ -223,6 +247,9 @@ enum Jobs {
 /// wait for a synchronous standby ends at once (ProcDiePending).
 fn close_for_exit(ctx: &WorkerContext, release_token: bool) {
     if ctx.role == Role::Snowflake {
+        // SAFETY: HOLD_INTERRUPTS(): InterruptHoldoffCount is this process's global, changed only
+        // by mainline code on this one thread (no signal handler touches it); never resumed, as the
+        // worker exits right after.
         unsafe { pg_sys::InterruptHoldoffCount += 1 };
         crate::snowflake::lease_close::close_and_persist(ctx.db, release_token);
     }
