@@ -17,11 +17,25 @@ Checks: no ID of either mode is handed out twice; every scenario ends with
 both modes issuing from a leader; in C the old leader stops issuing once its
 standbys stop confirming (55P03). The time without IDs of each mode is
 measured per scenario and printed.
+C's premises are checked too, or C would pass without testing anything:
+  - the standbys lack the old leader's last reservations: each standby's
+    pg_last_wal_receive_lsn() is at or before the leader's pg_current_wal_lsn()
+    when its walsenders were stopped and behind it at the kill, and the
+    leader committed refills (leaf_alloc.max_id) and lease renewals
+    (leaf_worker.last_timestamp) after the stop that the standbys do not have;
+  - the clock offset took effect: SHOW leaf_id.test_clock_offset_ms reads
+    -30000 (ms) on both standbys; the new leader's first snowflake IDs carry
+    a clock 30 s behind the wall clock; with that clock, when the new leader
+    was seen leading, it was behind the last millisecond the old leader
+    issued snowflake IDs in (it could have reissued them); with the guard,
+    its first ID lies above that millisecond (it held snowflake back).
 
 Run by scripts/test-patroni.sh (as the postgres user, PYTHONPATH with
 Patroni). Environment: PGBIN, WORK (emptied), LEAF_ID_PATRONI_RULE ('*' by
-default; 'off' leaves the setting empty, which must fail check C: the
-demonstration that the test can catch a reissue).
+default). 'off' is the guard-off mode: leaf_id.synchronized_standby_slots
+left empty, scenario C alone (with its premise checks), and the run passes
+only if C hands out at least one ID twice (segment or snowflake): the proof
+that the check "no ID twice" can fail.
 """
 
 import json
@@ -40,10 +54,30 @@ import psycopg2
 PGBIN = os.environ["PGBIN"]
 WORK = os.environ["WORK"]
 RULE = os.environ.get("LEAF_ID_PATRONI_RULE", "*")
+GUARD = RULE != "off"
 PY = sys.executable
 NODES = ["n1", "n2", "n3"]
 T0 = time.monotonic()
+# wall clock (Unix ms) of a time.monotonic() value
+WALL0 = time.time() - T0
 failures = []
+# the standbys' clock offset in scenario C (leaf_id.test_clock_offset_ms)
+OFFSET_MS = -30000
+# leaf_id.epoch_ms's default (the test leaves it): a snowflake ID's millisecond
+EPOCH_MS = 1_288_834_974_657
+
+
+def wall_ms(t):
+    return int((WALL0 + t) * 1000)
+
+
+def snowflake_ms(i):
+    return (i >> 22) + EPOCH_MS
+
+
+def lsn(text):
+    hi, lo = text.split("/")
+    return (int(hi, 16) << 32) | int(lo, 16)
 
 
 def log(msg):
@@ -101,7 +135,7 @@ def config(name):
         "leaf_id.node_name": "leaf_ha",
         "leaf_id.random_sequence_start": "off",
     }
-    if RULE != "off":
+    if GUARD:
         leaf["leaf_id.synchronized_standby_slots"] = RULE
     return {
         "scope": "leaf",
@@ -222,7 +256,7 @@ def postmaster_pid(name):
 
 
 # --- the application --------------------------------------------------------
-drawn = {"segment": [], "snowflake": []}   # (time, [ids], sqlstate or None)
+drawn = {"segment": [], "snowflake": []}   # (time, [ids], sqlstate or None, port or None)
 stop = threading.Event()
 QUERY = {"segment": "SELECT leaf_segment_next('order') FROM generate_series(1, 100)",
          "snowflake": "SELECT leaf_snowflake_next() FROM generate_series(1, 100)"}
@@ -231,17 +265,19 @@ QUERY = {"segment": "SELECT leaf_segment_next('order') FROM generate_series(1, 1
 def drawer(mode):
     con = None
     while not stop.is_set():
+        port = None
         try:
             if con is None:
                 con = psycopg2.connect(DSN)
                 con.autocommit = True
+            port = con.info.port
             with con.cursor() as cur:
                 cur.execute("SET statement_timeout = '10s'")
                 cur.execute(QUERY[mode])
                 ids = [r[0] for r in cur.fetchall()]
-            drawn[mode].append((time.monotonic(), ids, None))
+            drawn[mode].append((time.monotonic(), ids, None, port))
         except psycopg2.Error as e:
-            drawn[mode].append((time.monotonic(), [], e.pgcode or "connection"))
+            drawn[mode].append((time.monotonic(), [], e.pgcode or "connection", port))
             try:
                 if con is not None:
                     con.close()
@@ -254,17 +290,20 @@ def drawer(mode):
 
 def gap(mode, t_from, t_to):
     """The longest time in [t_from, t_to] without an ID of mode."""
-    times = [t_from] + [t for t, ids, _ in drawn[mode] if ids and t_from <= t <= t_to] + [t_to]
+    times = [t_from] + [t for t, ids, _, _ in drawn[mode] if ids and t_from <= t <= t_to] + [t_to]
     return max(b - a for a, b in zip(times, times[1:]))
 
 
-def issued_after(mode, t):
-    return any(ids for tt, ids, _ in drawn[mode] if tt > t)
+def issued_after(mode, t, port=None):
+    return any(ids for tt, ids, _, p in drawn[mode] if tt > t and port in (None, p))
 
 
-def wait_issuing(after, timeout=90):
+def wait_issuing(after, timeout=90, port=None):
+    """Until both modes issue again after the time after (from the server on
+    port when given: a statement the old leader answered just after the time
+    does not count)."""
     wait_for("both modes to issue again",
-             lambda: issued_after("segment", after) and issued_after("snowflake", after), timeout)
+             lambda: issued_after("segment", after, port) and issued_after("snowflake", after, port), timeout)
 
 
 # --- the cluster ------------------------------------------------------------
@@ -272,7 +311,8 @@ figures = []
 
 
 def main():
-    log(f"Patroni 3 nodes, PostgreSQL ports {PG_PORT}, rule {RULE!r}")
+    log(f"Patroni 3 nodes, PostgreSQL ports {PG_PORT}, rule {RULE!r}"
+        + ("" if GUARD else ": the guard-off mode, scenario C alone, which must issue IDs twice"))
     # Raft needs two of the three for a quorum: all start at once, one bootstraps
     for n in NODES:
         start_patroni(n)
@@ -293,6 +333,45 @@ def main():
         t.start()
     time.sleep(3)
 
+    if GUARD:
+        scenario_a()
+        scenario_b()
+    dead, new = scenario_c()
+    if GUARD:
+        scenario_d(dead, new)
+
+    stop.set()
+    for t_ in threads:
+        t_.join(20)
+
+    # the rule: no ID twice (the guard-off mode: at least one ID twice)
+    dups = {}
+    for mode in drawn:
+        ids = [i for _, batch, _, _ in drawn[mode] for i in batch]
+        dups[mode] = len(ids) - len(set(ids))
+        if GUARD:
+            check(len(ids) > 0 and dups[mode] == 0, f"no {mode} ID twice ({len(ids)} drawn, {dups[mode]} twice)")
+        else:
+            log(f"guard off: {mode}: {len(ids)} drawn, {dups[mode]} twice")
+    if not GUARD:
+        check(dups["segment"] + dups["snowflake"] > 0,
+              f"guard off: scenario C handed out at least one ID twice, so the check 'no ID twice' "
+              f"can fail ({dups['segment']} segment, {dups['snowflake']} snowflake IDs twice)")
+    worker_ids = {(i >> 12) & 0x3FF for _, batch, _, _ in drawn["snowflake"] for i in batch}
+    check(worker_ids == {7}, f"every snowflake ID has worker id 7 ({sorted(worker_ids)})")
+
+    print("\nscenario | leader after | time without segment IDs | without snowflake IDs")
+    for key, what, a, b, lead_after in figures:
+        print(f"{key}: {what} | {lead_after} | {gap('segment', a, b):.2f} s | {gap('snowflake', a, b):.2f} s")
+    errors = {}
+    for mode in drawn:
+        for _, _, err, _ in drawn[mode]:
+            if err:
+                errors[(mode, err)] = errors.get((mode, err), 0) + 1
+    print(f"refused statements (mode, SQLSTATE): {errors}")
+
+
+def scenario_a():
     # A. the leader's postmaster killed
     lead = wait_for("a leader", leader, 60)
     t = time.monotonic()
@@ -302,6 +381,8 @@ def main():
     time.sleep(3)
     figures.append(("A", f"postmaster of the leader ({lead}) killed", t, time.monotonic(), wait_for("a leader", leader, 30)))
 
+
+def scenario_b():
     # B. switchover
     lead = wait_for("a leader", leader, 60)
     cand = [n for n in NODES if n != lead][0]
@@ -313,6 +394,21 @@ def main():
     time.sleep(3)
     figures.append(("B", f"switchover {lead} to {cand}", t, time.monotonic(), wait_for("a leader", leader, 30)))
 
+
+RESERVED = ("SELECT pg_current_wal_lsn()::text, "
+            "(SELECT max_id FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'order'), "
+            "(SELECT last_timestamp FROM leaf_id_catalog.leaf_worker WHERE worker_id = 7)")
+
+
+def offset_setting(name):
+    """leaf_id.test_clock_offset_ms as a new session of name sees it:
+    (SHOW's text, pg_settings' unit)."""
+    shown = sql(name, "SHOW leaf_id.test_clock_offset_ms")[0][0]
+    unit = sql(name, "SELECT unit FROM pg_settings WHERE name = 'leaf_id.test_clock_offset_ms'")[0][0]
+    return shown, unit
+
+
+def scenario_c():
     # C. the leader's node dies while its standbys lag
     lead = wait_for("a leader", leader, 60)
     others = [n for n in NODES if n != lead]
@@ -321,30 +417,61 @@ def main():
     # reads it): a promoted standby lacking the leader's newest lease would
     # issue snowflake IDs the leader issued in its last seconds
     for n in others:
-        sql(n, "ALTER SYSTEM SET leaf_id.test_clock_offset_ms = -30000")
+        sql(n, f"ALTER SYSTEM SET leaf_id.test_clock_offset_ms = {OFFSET_MS}")
         sql(n, "SELECT pg_reload_conf()")
+    # premise: the offset took effect on both standbys (a reload is
+    # asynchronous: give the postmaster a few seconds)
+    for n in others:
+        end = time.monotonic() + 10
+        while True:
+            shown, unit = offset_setting(n)
+            if (shown, unit) == (str(OFFSET_MS), "ms") or time.monotonic() > end:
+                break
+            time.sleep(0.2)
+        check((shown, unit) == (str(OFFSET_MS), "ms"),
+              f"C: SHOW leaf_id.test_clock_offset_ms reads {OFFSET_MS} (ms) on the standby {n} "
+              f"({shown} {unit})")
     pm = psutil.Process(postmaster_pid(lead))
     senders = [p for p in pm.children() if "walsender" in " ".join(p.cmdline())]
     check(len(senders) == 2, f"C: the leader {lead} has 2 walsenders ({len(senders)})")
     t_lag = time.monotonic()
     for p in senders:
         p.send_signal(signal.SIGSTOP)
-    log(f"C: stopped the walsenders of {lead}")
+    # what the leader has written and reserved once its walsenders stopped:
+    # the standbys can have received no more than that
+    lsn_stop, max_id_stop, mark_stop = sql(lead, RESERVED)[0]
+    log(f"C: stopped the walsenders of {lead} (its WAL at {lsn_stop}, max_id {max_id_stop}, "
+        f"snowflake mark {mark_stop})")
     # long enough for both modes to run out under load: two segments, then
     # leaf_id.refill_timeout (3 s); the lease (3 s), then the same wait
     time.sleep(9)
     on_old = {m: [d for d in drawn[m] if d[0] > t_lag] for m in drawn}
-    refused = {m: any(err == "55P03" for _, _, err in on_old[m]) for m in on_old}
-    after_lag = {m: sum(len(ids) for _, ids, _ in on_old[m]) for m in on_old}
-    last_id_at = {m: max([tt - t_lag for tt, ids, _ in on_old[m] if ids], default=0.0) for m in on_old}
+    refused = {m: any(err == "55P03" for _, _, err, _ in on_old[m]) for m in on_old}
+    after_lag = {m: sum(len(ids) for _, ids, _, _ in on_old[m]) for m in on_old}
+    last_id_at = {m: max([tt - t_lag for tt, ids, _, _ in on_old[m] if ids], default=0.0) for m in on_old}
     log(f"C: with the standbys stopped the leader issued {after_lag} IDs, the last after "
         f"{last_id_at['segment']:.1f} s (segment) and {last_id_at['snowflake']:.1f} s (snowflake)")
-    if RULE != "off":
+    if GUARD:
         check(refused["segment"] and refused["snowflake"],
               f"C: unconfirmed, the leader refuses both modes with 55P03 ({refused})")
         check(after_lag["segment"] <= 2 * 1000 + 300,
               f"C: the leader issued at most its two segments (and runs in flight) of segment IDs "
               f"unconfirmed ({after_lag['segment']})")
+    # premise: the standbys lack the leader's last commits that reserved IDs
+    lsn_kill, max_id_kill, mark_kill = sql(lead, RESERVED)[0]
+    check(max_id_kill > max_id_stop and mark_kill > mark_stop,
+          f"C: after its walsenders stopped the leader {lead} committed refills (max_id {max_id_stop} "
+          f"to {max_id_kill}) and lease renewals (snowflake mark {mark_stop} to {mark_kill}), "
+          f"its WAL from {lsn_stop} to {lsn_kill}")
+    for n in others:
+        recv, max_id_n, mark_n = sql(n, RESERVED.replace("pg_current_wal_lsn()", "pg_last_wal_receive_lsn()"))[0]
+        check(recv is not None and lsn(recv) <= lsn(lsn_stop) < lsn(lsn_kill),
+              f"C: the standby {n} received WAL up to {recv}: no further than the leader's "
+              f"pg_current_wal_lsn() when its walsenders stopped ({lsn_stop}), "
+              f"behind it before the kill ({lsn_kill})")
+        check(max_id_n < max_id_kill and mark_n < mark_kill,
+              f"C: the standby {n} lacks the leader's last reservations (its max_id {max_id_n}, the "
+              f"leader's {max_id_kill}; its snowflake mark {mark_n}, the leader's {mark_kill})")
     t = time.monotonic()
     procs[lead].kill()
     for p in [pm] + pm.children():
@@ -356,12 +483,56 @@ def main():
     dead = lead
     log(f"C: killed Patroni and PostgreSQL of {dead}")
     new = wait_for("a new leader", lambda: (lambda l: l if l and l != dead else None)(leader(others)), 120)
+    t_seen = time.monotonic()
     log(f"C: {new} leads")
-    wait_issuing(t)
+    wait_issuing(t, port=PG_PORT[new])
     time.sleep(3)
     figures.append(("C", f"node {dead} dead with its standbys lagging, {new} promoted", t,
                     time.monotonic(), new))
 
+    # premise: the new leader's snowflake generator ran on the shifted clock,
+    # and that clock was behind the last millisecond the old leader issued
+    # IDs in (it could have reissued them). One thread draws snowflake IDs:
+    # its list is in time order, and before the new leader's first IDs every
+    # ID came from earlier leaders
+    sf = drawn["snowflake"]
+    k = next((i for i, (tt, ids, _, port) in enumerate(sf)
+              if tt > t and ids and port == PG_PORT[new]), None)
+    if k is None:
+        check(False, f"C: {new} issued snowflake IDs")
+        return dead, new
+    old_last_ms = max([snowflake_ms(i) for _, ids, _, _ in sf[:k] for i in ids], default=None)
+    tt, ids, _, port = sf[k]
+    # its clock: the newest millisecond of its first IDs less the wall clock
+    # when they came back
+    shift = max(snowflake_ms(i) for i in ids) - wall_ms(tt)
+    check(OFFSET_MS - 1000 <= shift <= OFFSET_MS + 100,
+          f"C: the first snowflake IDs of {new} carry its shifted clock: {shift} ms from the wall "
+          f"clock when drawn ({OFFSET_MS} set)")
+    behind = None if old_last_ms is None else old_last_ms - (wall_ms(t_seen) + shift)
+    check(behind is not None and behind > 0,
+          f"C: when {new} was seen leading, its clock ({shift} ms off) was {behind} ms behind the "
+          f"last millisecond the old leader issued snowflake IDs in")
+    refusals = {}
+    for tt2, _, err, port2 in sf[:k]:
+        if tt2 > t and err and port2 == PG_PORT[new]:
+            refusals[err] = refusals.get(err, 0) + 1
+    # (not asserted: which refusal depends on how far behind the mark the new
+    # leader's clock is. Its worker watches the old holder's lease until it
+    # passes, at most 2 heartbeats and 5 s, then waits as long again for its
+    # clock to pass the mark; calls time out meanwhile (55P03). Only a clock
+    # further behind gets 58000, and here it is a few seconds behind)
+    log(f"C: {new} refused snowflake calls before its first ID: {refusals or 'none'}")
+    if GUARD:
+        first_ms = min(snowflake_ms(i) for i in ids)
+        check(old_last_ms is not None and first_ms > old_last_ms,
+              f"C: {new} held snowflake back until its clock passed the old leader's last "
+              f"millisecond: its first ID is {None if old_last_ms is None else first_ms - old_last_ms} "
+              f"ms above it")
+    return dead, new
+
+
+def scenario_d(dead, new):
     # D. the dead node comes back: pg_rewind, then it follows
     t = time.monotonic()
     start_patroni(dead)
@@ -379,28 +550,6 @@ def main():
             check(False, f"D: {fn} on the rejoined {dead} is refused with 25006 (it returned an ID)")
         except psycopg2.Error as e:
             check(e.pgcode == "25006", f"D: {fn} on the rejoined {dead} is refused with 25006 ({e.pgcode})")
-
-    stop.set()
-    for t_ in threads:
-        t_.join(20)
-
-    # the rule: no ID twice
-    for mode in drawn:
-        ids = [i for _, batch, _ in drawn[mode] for i in batch]
-        dups = len(ids) - len(set(ids))
-        check(len(ids) > 0 and dups == 0, f"no {mode} ID twice ({len(ids)} drawn, {dups} twice)")
-    worker_ids = {(i >> 12) & 0x3FF for _, batch, _ in drawn["snowflake"] for i in batch}
-    check(worker_ids == {7}, f"every snowflake ID has worker id 7 ({sorted(worker_ids)})")
-
-    print("\nscenario | leader after | time without segment IDs | without snowflake IDs")
-    for key, what, a, b, lead_after in figures:
-        print(f"{key}: {what} | {lead_after} | {gap('segment', a, b):.2f} s | {gap('snowflake', a, b):.2f} s")
-    errors = {}
-    for mode in drawn:
-        for _, _, err in drawn[mode]:
-            if err:
-                errors[(mode, err)] = errors.get((mode, err), 0) + 1
-    print(f"refused statements (mode, SQLSTATE): {errors}")
 
 
 def shutdown():
