@@ -22,6 +22,8 @@ from urllib.parse import urlparse, urlunparse
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 URL = urlparse(os.environ["LEAF_ID_URL"])
 DB = "reference_check"
+# the schema of the extension's tables, named as such in the docs
+TABLES_SCHEMA = "leaf_id_catalog"
 # codes the source names without raising them
 NOT_RAISED = {"08000": "a class test (is_connection_exception), not raised"}
 
@@ -63,6 +65,10 @@ def main():
         if s not in setting_rows:
             wrong.append(f"setting {s} is not a row of the settings table")
     for name in sorted(n for n in quoted if n.startswith("leaf_")):
+        # the tables' schema (catalog 0.7.0 on), alone or naming a table
+        if name == TABLES_SCHEMA:
+            continue
+        name = name.removeprefix(TABLES_SCHEMA + ".")
         if name.startswith("leaf_id."):
             if name not in settings:
                 wrong.append(f"`{name}` is not a setting")
