@@ -16,6 +16,8 @@
 #    transaction): refills fail (the premise), until the role the workers
 #    connect as has its own setting on each node (ALTER ROLE ... SET, which
 #    wins over the database's), as docs/citus.md tells operators.
+# C. One node's copies of a tag set back: its refill is refused by the guard
+#    that every copy runs, and no ID is issued twice over the nodes.
 use strict;
 use warnings;
 use FindBin;
@@ -105,6 +107,32 @@ for my $w (@workers)
 $r = try_sql($coord, 'postgres',
 	"SELECT count(DISTINCT id) FROM (SELECT leaf_segment_next('u') AS id FROM generate_series(1, 200)) x");
 is($r->{out}, '200', "B: with the role's own settings on each node, the refills go on") or diag $r->{err};
+
+# --- C -------------------------------------------------------------------------
+# One node's copies of tag t set back (an edit of its shards, as a restore of
+# one node could leave them): that node has issued nothing of t, so no mark of
+# its own stops a range from 1 there. Its refill is refused (XX001, the guard
+# of every copy), and no ID is issued twice over the three nodes.
+my $shard_sql = "SELECT shard_name(t, shardid) FROM pg_dist_shard, "
+  . "to_regclass('leaf_id_catalog.%s') AS t WHERE logicalrelid OPERATOR(pg_catalog.=) t";
+my $alloc_shard = on_worker($workers[1], sprintf($shard_sql, 'leaf_alloc'))->{out};
+my $encoding_shard = on_worker($workers[1], sprintf($shard_sql, 'leaf_alloc_encoding'))->{out};
+$r = on_worker($workers[1], join(";\n",
+	'SET citus.enable_manual_changes_to_shards = on',
+	"UPDATE $alloc_shard SET max_id = 0 WHERE biz_tag = 't'",
+	"UPDATE $encoding_shard SET reserved_end = 0 WHERE biz_tag = 't'",
+	"SELECT a.max_id, e.reserved_end FROM $alloc_shard a JOIN $encoding_shard e USING (biz_tag) WHERE biz_tag = 't'"));
+is($r->{out}, '0|0', "C: premise: the second worker's copies of t say max_id 0 and reserved_end 0") or diag $r->{err};
+cmp_ok($coord->safe_psql('postgres', "SELECT max_id FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 't'"),
+	'>=', 600, "C: premise: the coordinator's copy says what was reserved");
+$r = on_worker($workers[1], "SELECT leaf_segment_next('t') FROM generate_series(1, 20)");
+my @stale_ids = grep { /^\d+$/ } split /\n/, $r->{out};
+is($r->{sqlstate}, 'XX001', 'C: a refill on the node whose copies were set back is refused (XX001)')
+  or diag "$r->{out} $r->{err}";
+%seen = ();
+@twice = grep { $seen{$_}++ } @coord_ids, @worker_ids, @stale_ids;
+is(scalar(@twice), 0, 'C: no ID twice over the three nodes (' . scalar(@stale_ids) . ' from the set-back node)')
+  or diag "twice: @twice[0 .. 9]";
 
 $_->stop for (@workers, $coord);
 done_testing();
