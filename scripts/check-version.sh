@@ -11,6 +11,9 @@
 #   CHANGELOG.md      (if there is one) the newest `## ` heading that is not
 #                     "Unreleased": `## 0.6.0`, `## [0.6.0]`, `## v0.6.0`,
 #                     followed by anything (`## [0.6.0] - 2026-12-01`)
+#   README.md         (if there is one) its `**Status:** X` line and the
+#                     package names it shows (postgresql-NN-leaf-id_X_amd64.deb,
+#                     leaf_id_NN-X-1.x86_64.rpm)
 #   leaf_id.control   (if there is one) default_version is '@CARGO_VERSION@'
 #                     (cargo pgrx fills it in) or the version itself
 # bash and python3's standard library only; reads files, runs nothing.
@@ -143,6 +146,21 @@ if os.path.exists(path):
         elif m.group(1) != want:
             differ(f"CHANGELOG.md: the newest heading `## {heading}`", m.group(1))
 
+# README.md: its status line and the package file names it shows
+path = os.path.join(root, "README.md")
+if os.path.exists(path):
+    text = open(path, encoding="utf-8").read()
+    shown = [
+        (r"\*\*Status:\*\* v?(" + SEMVER + r")", "the status line"),
+        (r"leaf-id_(" + SEMVER + r")_amd64\.deb", "a .deb's name"),
+        (r"leaf_id_\d+-(" + SEMVER + r")-\d+\.x86_64\.rpm", "an .rpm's name"),
+    ]
+    for pattern, what in shown:
+        for m in re.finditer(pattern, text):
+            if m.group(1) != want:
+                line = text.count("\n", 0, m.start()) + 1
+                differ(f"README.md:{line}: {what}", m.group(1))
+
 # leaf_id.control
 path = os.path.join(root, "leaf_id.control")
 if os.path.exists(path):
@@ -157,6 +175,6 @@ if problems:
         print(f"check-version: {p}", file=sys.stderr)
     sys.exit(1)
 checked = ["Cargo.toml", "META.json", f"sql/{max(updates)[2]}"]
-checked += [f for f in ("CHANGELOG.md", "leaf_id.control") if os.path.exists(os.path.join(root, f))]
+checked += [f for f in ("CHANGELOG.md", "README.md", "leaf_id.control") if os.path.exists(os.path.join(root, f))]
 print(f"check-version: {want} in " + ", ".join(checked))
 PY

@@ -2,7 +2,7 @@
 # Self test of scripts/check-version.sh, on copies in a temporary directory
 # (no server, no build; about a second): the repo's Cargo.toml, META.json,
 # sql/leaf_id--*.sql (empty files of the same names: only names are read),
-# leaf_id.control and CHANGELOG.md (the repo's, or, while there is none, one
+# README.md, leaf_id.control and CHANGELOG.md (the repo's, or, while there is none, one
 # written here with an Unreleased heading first) pass; then each is broken in
 # turn (its version edited) and the check must fail and name that file.
 # Prints one line per case and `N passed, M failed`; exits 1 on any failure.
@@ -20,7 +20,7 @@ V=$(bash "$CHECK" --cargo-version "$ROOT") || { echo "test-version: no version i
 fixture() {
   rm -rf "$work/t"
   mkdir -p "$work/t/sql"
-  cp "$ROOT/Cargo.toml" "$ROOT/META.json" "$ROOT/leaf_id.control" "$work/t/"
+  cp "$ROOT/Cargo.toml" "$ROOT/META.json" "$ROOT/leaf_id.control" "$ROOT/README.md" "$work/t/"
   for f in "$ROOT"/sql/leaf_id--*.sql; do : >"$work/t/sql/${f##*/}"; done
   if [ -f "$ROOT/CHANGELOG.md" ]; then
     cp "$ROOT/CHANGELOG.md" "$work/t/"
@@ -126,6 +126,15 @@ expect pass "CHANGELOG.md: \`## [v$V] - date\`"
 fixture; rm "$work/t/CHANGELOG.md"
 expect pass "no CHANGELOG.md"
 
+fixture; sed -i "0,/\*\*Status:\*\* $V/s//**Status:** $W/" "$work/t/README.md"
+expect fail "README.md's status line says $W" "README.md:" "the status line is $W"
+
+fixture; sed -i "0,/leaf-id_${V}_amd64/s//leaf-id_${W}_amd64/" "$work/t/README.md"
+expect fail "README.md shows a .deb of $W" "README.md:" "a .deb's name is $W"
+
+fixture; sed -i "0,/leaf_id_\([0-9]*\)-$V-1/s//leaf_id_\1-$W-1/" "$work/t/README.md"
+expect fail "README.md shows an .rpm of $W" "README.md:" "an .rpm's name is $W"
+
 fixture; sed -i "s/^default_version = .*/default_version = '$W'/" "$work/t/leaf_id.control"
 expect fail "leaf_id.control default_version '$W'" "leaf_id.control: default_version is $W"
 
@@ -136,6 +145,7 @@ expect pass "leaf_id.control default_version '$V' (spelled out)"
 fixture; set_cargo 0.10.0; set_json version 0.10.0; set_json provides.leaf_id.version 0.10.0
 : >"$work/t/sql/leaf_id--0.9.0--0.10.0.sql"; : >"$work/t/sql/leaf_id--0.8.0--0.9.0.sql"
 printf '## 0.10.0\n' >"$work/t/CHANGELOG.md"
+rm "$work/t/README.md"
 expect pass "0.10.0 everywhere, leaf_id--0.9.0--0.10.0.sql the newest (numeric order)"
 
 echo "$passed passed, $failed failed"
