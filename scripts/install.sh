@@ -9,8 +9,9 @@
 # PG_MAJOR=16..18 in target/pgNN, else Debian's 15).
 #
 # It needs Rust (cargo 1.85 or newer), a C compiler and make, clang with
-# libclang (pgrx generates its bindings with it) and the server's headers
-# (pg_config --includedir-server); it names the packages for this
+# libclang (pgrx generates its bindings with it), the server's headers
+# (pg_config --includedir-server), and, to build cargo-pgrx when it is
+# missing, OpenSSL's headers and pkg-config; it names the packages for this
 # distribution when one is missing. cargo-pgrx 0.18.1 is installed into
 # ~/.cargo when missing (scripts/deps.sh pgrx). The files go into
 # pg_config --pkglibdir (leaf_id.so) and --sharedir/extension (the control
@@ -31,13 +32,14 @@ prereq_hint() {
   like=$(. /etc/os-release 2>/dev/null && echo "${ID_LIKE:-}")
   case " $id $like " in
     *" debian "* | *" ubuntu "*)
-      echo "apt-get install postgresql-server-dev-$PG_MAJOR clang libclang-dev build-essential" \
+      echo "apt-get install postgresql-server-dev-$PG_MAJOR clang libclang-dev build-essential libssl-dev pkg-config" \
         "(postgresql-server-dev-$PG_MAJOR from the PGDG apt repository when the server is PGDG's)" ;;
     *" rhel "* | *" fedora "* | *" centos "*)
-      echo "dnf install postgresql$PG_MAJOR-devel clang clang-devel gcc make" \
+      echo "dnf install postgresql$PG_MAJOR-devel clang clang-devel gcc make openssl-devel pkgconf" \
         "(postgresql$PG_MAJOR-devel from the PGDG yum repository; on RHEL 8 and 9 its dependencies need the" \
         "CodeReady Builder / PowerTools repository enabled)" ;;
-    *) echo "the server's development files (headers, pgxs), clang and libclang, a C compiler and make" ;;
+    *) echo "the server's development files (headers, pgxs), clang and libclang, a C compiler, make," \
+      "and OpenSSL's headers with pkg-config (to build cargo-pgrx)" ;;
   esac
 }
 missing=()
@@ -51,6 +53,12 @@ grep -q 'libclang[-.0-9]*\.so' <<<"$libs" || [ -n "${LIBCLANG_PATH:-}" ] ||
   missing+=("libclang (or LIBCLANG_PATH naming its directory)")
 command -v cc >/dev/null 2>&1 || missing+=("a C compiler (cc)")
 command -v make >/dev/null 2>&1 || missing+=("make")
+# cargo-pgrx, built once by scripts/deps.sh when missing, links OpenSSL
+# (openssl-sys finds it with pkg-config)
+if ! cargo pgrx --version 2>/dev/null | grep -q '0\.18\.1'; then
+  command -v pkg-config >/dev/null 2>&1 || missing+=("pkg-config (to build cargo-pgrx)")
+  pkg-config --exists openssl 2>/dev/null || missing+=("OpenSSL's headers (to build cargo-pgrx)")
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install: missing to build leaf_id for PostgreSQL $PG_MAJOR ($PG_CONFIG):" >&2
   printf 'install:   %s\n' "${missing[@]}" >&2
