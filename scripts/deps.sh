@@ -30,8 +30,10 @@
 #               into target/exporter (not installed)
 #   pgbouncer   Debian's pgbouncer, downloaded and unpacked into
 #               target/pgbouncer (not installed), and the libraries it loads
-#   test        base, citus, rpm (package.sh rpm), patroni, django, node,
-#               exporter, pgbouncer
+#   meta        pgxn_meta (PGXN's META.json validator) from crates.io into
+#               target/tools
+#   test        base, citus, rpm (package.sh rpm), meta, patroni, django,
+#               node, exporter, pgbouncer
 #
 # A project-local group whose registry cannot be reached is not a failure
 # here: it writes the reason to target/deps/GROUP.skip, and the suite that
@@ -102,6 +104,19 @@ group_pgrx() {
   command -v cargo >/dev/null || die "no cargo: leaf_id needs Rust (scripts/setup.sh says which)"
   say "installing cargo-pgrx 0.18.1 (a few minutes)"
   cargo install cargo-pgrx --version 0.18.1 --locked
+}
+
+# pgxn_meta, PGXN's META.json validator from crates.io, into target/tools
+PGXN_META_VERSION=0.7.0
+group_meta() {
+  local root=$ROOT/target/tools
+  "$root/bin/pgxn_meta" --version 2>/dev/null | grep -qF "$PGXN_META_VERSION" && return 0
+  ready_only && not_ready "pgxn_meta $PGXN_META_VERSION ($root/bin)" meta
+  export PATH="$HOME/.cargo/bin:$PATH"
+  command -v cargo >/dev/null || die "no cargo: leaf_id needs Rust (scripts/setup.sh says which)"
+  say "installing pgxn_meta $PGXN_META_VERSION into $root (a minute or two)"
+  cargo install pgxn_meta --version "$PGXN_META_VERSION" --locked --root "$root" >"$DEPS/meta.log" 2>&1 ||
+    { tail -n 20 "$DEPS/meta.log" >&2; die "cargo install pgxn_meta failed ($DEPS/meta.log)"; }
 }
 
 group_patroni() {
@@ -177,6 +192,7 @@ run_group() {
   case $1 in
     base) apt_install "${BASE_PKGS[@]}"; group_pgrx ;;
     pgrx) group_pgrx ;;
+    meta) group_meta ;;
     citus) apt_install "${CITUS_PKGS[@]}" ;;
     pg18-source) apt_install "${PG18_PKGS[@]}" ;;
     patroni) group_patroni ;;
@@ -188,8 +204,9 @@ run_group() {
     # one apt-get for the packages, then the project-local ones
     test) apt_install "${BASE_PKGS[@]}" "${CITUS_PKGS[@]}" "${RPM_PKGS[@]}"
       group_pgrx
+      group_meta
       for g in node django patroni exporter pgbouncer; do run_group "$g"; done ;;
-    *) echo "usage: scripts/deps.sh base|test|pgrx|citus|pg18-source|patroni|django|node|exporter|pgbouncer|apt PKG..." >&2; exit 2 ;;
+    *) echo "usage: scripts/deps.sh base|test|pgrx|meta|citus|pg18-source|patroni|django|node|exporter|pgbouncer|apt PKG..." >&2; exit 2 ;;
   esac
 }
 

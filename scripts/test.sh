@@ -11,7 +11,9 @@
 #     (scripts/check-imports.py); no bare comparison operator in what the
 #     install and update scripts run (scripts/check-sql-operators.py); the
 #     version is the same in Cargo.toml, META.json, the newest update script
-#     and CHANGELOG.md (scripts/check-version.sh, with its own test)
+#     CHANGELOG.md and the README (scripts/check-version.sh, with its own
+#     test); META.json valid for PGXN (pgxn_meta, from crates.io) and a
+#     source archive of HEAD made (scripts/release.sh)
 #  1. pure Rust unit tests, once, with the first major's #[pg_test] tests:
 #     one build, cargo pgrx test runs both (the unit tests also run alone
 #     with `cargo test --lib`); each other major runs its #[pg_test] tests
@@ -108,9 +110,12 @@ export LEAF_ID_DEPS_READY=1
 echo "== module layout"
 python3 scripts/check-imports.py
 python3 scripts/check-sql-operators.py
-echo "== one version (Cargo.toml, META.json, the newest update script, CHANGELOG.md)"
+echo "== one version (Cargo.toml, META.json, the newest update script, CHANGELOG.md, README.md)"
 bash scripts/check-version.sh
 bash scripts/test-version.sh
+echo "== the source release: META.json as PGXN validates it, and the archive of HEAD"
+target/tools/bin/pgxn_meta META.json
+bash scripts/release.sh HEAD
 echo "== a run that skips fails (scripts/skips.sh)"
 bash scripts/test-skips.sh
 
