@@ -95,7 +95,7 @@ mod tests {
             "SELECT count(*) FROM pg_settings WHERE name LIKE 'leaf_id.%' AND short_desc <> ''",
         )
         .unwrap();
-        assert_eq!(n, Some(22));
+        assert_eq!(n, Some(23));
     }
 
     #[pg_test(error = "cannot execute leaf_segment_next() in a read-only transaction")]

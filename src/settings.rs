@@ -23,6 +23,9 @@ pub static NODE_NAME: GucSetting<Option<CString>> = GucSetting::<Option<CString>
 pub static EPOCH_MS: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"1288834974657"));
 pub static MAX_BACKWARD_MS: GucSetting<i32> = GucSetting::<i32>::new(5);
+/// How far ahead of the clock the snowflake generator may issue once a
+/// millisecond's 4,096 sequence numbers are used (0: wait, as Leaf does).
+pub static MAX_RUN_AHEAD_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
 pub static RANDOM_SEQUENCE_START: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static HEARTBEAT_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(1000);
 pub static LEASE_AHEAD: GucSetting<i32> = GucSetting::<i32>::new(3000);
@@ -165,6 +168,16 @@ pub fn register(preloading: bool) {
         c"Clock rollback the snowflake generator waits out (twice the offset) instead of failing.",
         c"A clock further behind the last issued millisecond makes leaf_snowflake_next() fail.",
         &MAX_BACKWARD_MS,
+        0,
+        1000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"leaf_id.max_run_ahead_ms",
+        c"How far ahead of the clock snowflake IDs may be issued once a millisecond's sequence runs out.",
+        c"0 waits for the next millisecond, as Leaf does. Never past the persisted high-water mark (leaf_id.lease_ahead); a decoded ID may show a time up to this far ahead.",
+        &MAX_RUN_AHEAD_MS,
         0,
         1000,
         GucContext::Sighup,

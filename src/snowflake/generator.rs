@@ -13,7 +13,12 @@
 //!   this run has persisted); so nothing issued before a crash is issued again;
 //! - clock behind the last issued millisecond by at most `max_backward_ms`:
 //!   wait twice the offset, read again, fail if still behind; further behind: fail;
-//! - sequence exhausted within a millisecond: wait for the next one.
+//! - sequence exhausted within a millisecond: wait for the next one, or,
+//!   with `run_ahead_ms` above 0, go on in the next millisecond before the
+//!   clock reaches it, at most `run_ahead_ms` ahead of the clock and never
+//!   past `lease_ms` (so a crash still leaves every issued millisecond at or
+//!   below the persisted mark); a clock behind the last issued millisecond
+//!   by at most `run_ahead_ms` goes on from it the same way.
 //!
 //! Every wait checks for interrupts (`Clock::check_interrupts`) and is
 //! bounded: the rollback wait by `max_backward_ms`, the wait for the next
@@ -38,6 +43,66 @@ pub struct Config {
     pub max_backward_ms: i64,
     /// Start each millisecond at a random 0..99 (Leaf) or at 0.
     pub random_start: bool,
+    /// How far ahead of the clock a take may issue once a millisecond's
+    /// sequence has run out (0: wait for the clock, as Leaf does).
+    pub run_ahead_ms: i64,
+}
+
+/// What a take does, from the clock's millisecond and the last issued ID
+/// (`plan_take`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TakePlan {
+    /// Issue in millisecond `t` (since the epoch) from sequence `seq`, or
+    /// from the start of a millisecond (`seq: None`: random or 0).
+    Issue { t: i64, seq: Option<i64> },
+    /// Wait until the clock moves on, then plan again.
+    WaitNextMs,
+    /// The clock is behind the last issued millisecond by more than the
+    /// generator may run ahead.
+    Behind { offset_ms: i64 },
+}
+
+/// The last issued ID's millisecond and sequence, as `plan_take` reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastIssued {
+    pub t: i64,
+    pub seq: i64,
+}
+
+/// Where the next ID goes. `t` is the clock's millisecond (since the
+/// epoch), `last` the last issued ID, if any; sequence numbers above
+/// `top_seq` are not used; no millisecond past `lease_t` (the persisted
+/// mark, since the epoch) and none more than `run_ahead_ms` ahead of `t` is
+/// started. Pure: the generator's rules in one place.
+pub fn plan_take(
+    t: i64,
+    last: Option<LastIssued>,
+    top_seq: i64,
+    run_ahead_ms: i64,
+    lease_t: i64,
+) -> TakePlan {
+    let Some(last) = last else {
+        return TakePlan::Issue { t, seq: None };
+    };
+    if t > last.t {
+        return TakePlan::Issue { t, seq: None };
+    }
+    let lead = last.t - t;
+    if lead > run_ahead_ms.max(0) {
+        return TakePlan::Behind { offset_ms: lead };
+    }
+    if last.seq < top_seq {
+        return TakePlan::Issue {
+            t: last.t,
+            seq: Some(last.seq + 1),
+        };
+    }
+    let next = last.t + 1;
+    if next - t <= run_ahead_ms && next <= lease_t {
+        TakePlan::Issue { t: next, seq: None }
+    } else {
+        TakePlan::WaitNextMs
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -230,28 +295,31 @@ impl Generator {
             }
             let worker_id = (word >> WORKER_SHIFT) & WORKER_MASK;
             let issued = word & ISSUED_MASK;
-            let last_t = (issued >> SEQUENCE_BITS) as i64;
-            let last_seq = (issued & MAX_SEQUENCE as u64) as i64;
-            let seq = if t < last_t {
-                let offset = last_t - t;
-                self.rollback_events.fetch_add(1, SeqCst);
-                if offset <= cfg.max_backward_ms && !waited_backward {
-                    waited_backward = true;
-                    clock.sleep_ms(offset * 2);
-                    continue;
+            let last = (issued != 0).then(|| LastIssued {
+                t: (issued >> SEQUENCE_BITS) as i64,
+                seq: (issued & MAX_SEQUENCE as u64) as i64,
+            });
+            let lease_t = lease.saturating_sub(cfg.epoch_ms);
+            let (t, seq) = match plan_take(t, last, top_seq, cfg.run_ahead_ms, lease_t) {
+                TakePlan::Issue { t, seq: Some(seq) } => (t, seq),
+                TakePlan::Issue { t, seq: None } if cfg.random_start => {
+                    (t, random().rem_euclid(100))
                 }
-                return Err(Refusal::ClockBehind { offset_ms: offset });
-            } else if t == last_t && issued != 0 {
-                if last_seq >= top_seq {
+                TakePlan::Issue { t, seq: None } => (t, 0),
+                TakePlan::WaitNextMs => {
                     self.sequence_waits.fetch_add(1, SeqCst);
                     wait_next_ms(clock, now);
                     continue;
                 }
-                last_seq + 1
-            } else if cfg.random_start {
-                random().rem_euclid(100)
-            } else {
-                0
+                TakePlan::Behind { offset_ms } => {
+                    self.rollback_events.fetch_add(1, SeqCst);
+                    if offset_ms <= cfg.max_backward_ms && !waited_backward {
+                        waited_backward = true;
+                        clock.sleep_ms(offset_ms * 2);
+                        continue;
+                    }
+                    return Err(Refusal::ClockBehind { offset_ms });
+                }
             };
             let count = want.min(top_seq - seq + 1);
             let new_word = (worker_id << WORKER_SHIFT)
@@ -345,6 +413,7 @@ mod tests {
             epoch_ms: LEAF_EPOCH_MS,
             max_backward_ms: 5,
             random_start: false,
+            run_ahead_ms: 0,
         }
     }
     fn generator() -> Generator {
@@ -420,6 +489,152 @@ mod tests {
         assert_eq!((d.unix_ms, d.sequence), (T0 + 1, 0));
         assert!(id > last);
         assert_eq!(g.sequence_waits.load(SeqCst), 1);
+    }
+
+    #[test]
+    fn the_plan_without_run_ahead_is_leafs() {
+        let last = Some(LastIssued { t: 10, seq: 5 });
+        let full = Some(LastIssued { t: 10, seq: 4095 });
+        assert_eq!(
+            plan_take(10, None, 4095, 0, 99),
+            TakePlan::Issue { t: 10, seq: None }
+        );
+        assert_eq!(
+            plan_take(11, last, 4095, 0, 99),
+            TakePlan::Issue { t: 11, seq: None }
+        );
+        assert_eq!(
+            plan_take(10, last, 4095, 0, 99),
+            TakePlan::Issue {
+                t: 10,
+                seq: Some(6)
+            }
+        );
+        assert_eq!(plan_take(10, full, 4095, 0, 99), TakePlan::WaitNextMs);
+        assert_eq!(
+            plan_take(8, last, 4095, 0, 99),
+            TakePlan::Behind { offset_ms: 2 }
+        );
+    }
+
+    #[test]
+    fn the_plan_runs_ahead_within_the_setting_and_the_lease() {
+        let full = Some(LastIssued { t: 10, seq: 4095 });
+        // the next millisecond before the clock, when allowed
+        assert_eq!(
+            plan_take(10, full, 4095, 1, 99),
+            TakePlan::Issue { t: 11, seq: None }
+        );
+        // already one ahead: a second one needs 2 ms of run-ahead
+        let ahead = Some(LastIssued { t: 11, seq: 4095 });
+        assert_eq!(plan_take(10, ahead, 4095, 1, 99), TakePlan::WaitNextMs);
+        assert_eq!(
+            plan_take(10, ahead, 4095, 2, 99),
+            TakePlan::Issue { t: 12, seq: None }
+        );
+        // an ahead millisecond with sequence left goes on in it
+        let partly = Some(LastIssued { t: 12, seq: 7 });
+        assert_eq!(
+            plan_take(10, partly, 4095, 2, 99),
+            TakePlan::Issue {
+                t: 12,
+                seq: Some(8)
+            }
+        );
+        // never past the persisted mark
+        assert_eq!(plan_take(10, full, 4095, 5, 10), TakePlan::WaitNextMs);
+        // a clock further behind than the run-ahead is a rollback
+        assert_eq!(
+            plan_take(9, ahead, 4095, 1, 99),
+            TakePlan::Behind { offset_ms: 2 }
+        );
+    }
+
+    #[test]
+    fn a_frozen_clock_gets_the_run_ahead_without_waiting_then_waits() {
+        let g = generator();
+        let clock = FakeClock::at(T0);
+        let c = Config {
+            run_ahead_ms: 3,
+            ..cfg()
+        };
+        let mut last = 0;
+        for _ in 0..4 * (MAX_SEQUENCE + 1) {
+            let id = g.next_id(&c, &clock, &mut zero).unwrap();
+            assert!(id > last);
+            last = id;
+        }
+        assert_eq!(clock.now.get(), T0, "the clock never moved");
+        assert_eq!(g.sequence_waits.load(SeqCst), 0);
+        assert_eq!(decode(last, LEAF_EPOCH_MS).unwrap().unix_ms, T0 + 3);
+        clock.tick_every.set(10);
+        let id = g.next_id(&c, &clock, &mut zero).unwrap();
+        assert!(id > last);
+        assert_eq!(
+            g.sequence_waits.load(SeqCst),
+            1,
+            "3 ms ahead: the next one waited"
+        );
+    }
+
+    /// A small xorshift for the properties below (no crate).
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, n: u64) -> i64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % n) as i64
+        }
+    }
+
+    #[test]
+    fn running_ahead_never_passes_the_mark_the_setting_or_an_issued_id() {
+        // random clocks (forward, stalled, stepped back a little), batch
+        // sizes, run-ahead settings and marks: every ID is above the one
+        // before, at or below the persisted mark, and at most the run-ahead
+        // ahead of the clock that issued it
+        for seed in 1..=200_u64 {
+            let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            let g = generator();
+            let lease = T0 + 5 + rng.below(30);
+            g.lease_ms.store(lease, SeqCst);
+            let c = Config {
+                run_ahead_ms: rng.below(6),
+                max_backward_ms: 2,
+                random_start: seed % 2 == 0,
+                ..cfg()
+            };
+            let clock = FakeClock::at(T0);
+            clock.tick_every.set(64);
+            let mut random = || 37;
+            let mut last = 0;
+            for _ in 0..400 {
+                match rng.below(10) {
+                    0..=3 => clock.now.set(clock.now.get() + rng.below(3)),
+                    4 => clock.now.set(clock.now.get() - rng.below(4)),
+                    _ => {}
+                }
+                let want = 1 + rng.below(3000);
+                match g.next_ids(&c, &clock, &mut random, want) {
+                    Ok((first, count)) => {
+                        assert!(first > last, "seed {seed}: {first} after {last}");
+                        let ms = decode(first, LEAF_EPOCH_MS).unwrap().unix_ms;
+                        assert!(ms <= lease, "seed {seed}: ms {ms} past the mark {lease}");
+                        assert!(
+                            ms - clock.now.get() <= c.run_ahead_ms,
+                            "seed {seed}: ms {ms} more than {} ahead of {}",
+                            c.run_ahead_ms,
+                            clock.now.get()
+                        );
+                        last = first + count - 1;
+                    }
+                    Err(Refusal::ClockBehind { .. }) => {}
+                    Err(Refusal::LeaseExpired { .. }) => break,
+                    Err(e) => panic!("seed {seed}: {e:?}"),
+                }
+            }
+        }
     }
 
     #[test]

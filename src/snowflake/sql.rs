@@ -107,6 +107,7 @@ fn next_ids(want: i64, batch: bool) -> (i64, i64) {
                 epoch_ms: epoch(),
                 max_backward_ms: settings::MAX_BACKWARD_MS.get() as i64,
                 random_start: settings::RANDOM_SEQUENCE_START.get(),
+                run_ahead_ms: settings::MAX_RUN_AHEAD_MS.get() as i64,
             };
             if !paused {
                 settings::snowflake_take_pause("before the take");
