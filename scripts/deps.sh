@@ -31,9 +31,10 @@
 #   pgbouncer   Debian's pgbouncer, downloaded and unpacked into
 #               target/pgbouncer (not installed), and the libraries it loads
 #   meta        pgxn_meta (PGXN's META.json validator) from crates.io into
-#               target/tools
-#   test        base, citus, rpm (package.sh rpm), meta, patroni, django,
-#               node, exporter, pgbouncer
+#               target/tools, for a release (not part of the test command:
+#               its build takes two minutes of the command's budget)
+#   test        base, citus, rpm (package.sh rpm), patroni, django, node,
+#               exporter, pgbouncer
 #
 # A project-local group whose registry cannot be reached is not a failure
 # here: it writes the reason to target/deps/GROUP.skip, and the suite that
@@ -204,7 +205,6 @@ run_group() {
     # one apt-get for the packages, then the project-local ones
     test) apt_install "${BASE_PKGS[@]}" "${CITUS_PKGS[@]}" "${RPM_PKGS[@]}"
       group_pgrx
-      group_meta
       for g in node django patroni exporter pgbouncer; do run_group "$g"; done ;;
     *) echo "usage: scripts/deps.sh base|test|pgrx|meta|citus|pg18-source|patroni|django|node|exporter|pgbouncer|apt PKG..." >&2; exit 2 ;;
   esac

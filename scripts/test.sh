@@ -12,8 +12,9 @@
 #     install and update scripts run (scripts/check-sql-operators.py); the
 #     version is the same in Cargo.toml, META.json, the newest update script
 #     CHANGELOG.md and the README (scripts/check-version.sh, with its own
-#     test); META.json valid for PGXN (pgxn_meta, from crates.io) and a
-#     source archive of HEAD made (scripts/release.sh)
+#     test); a source archive of HEAD made (scripts/release.sh); clippy
+#     with warnings denied, every unsafe block with its SAFETY comment
+#     (scripts/check-clippy.sh: pg15, --all-targets; fails without clippy)
 #  1. pure Rust unit tests, once, with the first major's #[pg_test] tests:
 #     one build, cargo pgrx test runs both (the unit tests also run alone
 #     with `cargo test --lib`); each other major runs its #[pg_test] tests
@@ -113,11 +114,12 @@ python3 scripts/check-sql-operators.py
 echo "== one version (Cargo.toml, META.json, the newest update script, CHANGELOG.md, README.md)"
 bash scripts/check-version.sh
 bash scripts/test-version.sh
-echo "== the source release: META.json as PGXN validates it, and the archive of HEAD"
-target/tools/bin/pgxn_meta META.json
+echo "== the source release: the archive of HEAD"
 bash scripts/release.sh HEAD
 echo "== a run that skips fails (scripts/skips.sh)"
 bash scripts/test-skips.sh
+echo "== clippy, warnings denied (scripts/check-clippy.sh)"
+bash scripts/check-clippy.sh
 
 # may_skip NAME SCRIPT: run SCRIPT; its exit 3 (a SKIP line) is noted for
 # the last line, any other failure ends the run

@@ -16,6 +16,12 @@
 //! `citus`, which use the pure core; only `runtime::worker_loop` knows both
 //! modes' jobs. `scripts/check-imports.py` (run by the test command) fails
 //! on an import circle.
+//!
+//! Every `unsafe` block and impl says why it is sound there, in a
+//! `// SAFETY:` comment: the lint is denied, and the test command's first
+//! step runs clippy with warnings denied (scripts/test.sh). pgrx's macros'
+//! own unsafe code is not checked by it (clippy skips proc-macro output).
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 use pgrx::prelude::*;
 

@@ -125,7 +125,10 @@ pub fn register(preloading: bool) {
         GucContext::Sighup,
         GucFlags::UNIT_MS,
     );
-    // SAFETY: the hook is a #[pg_guard] function
+    // SAFETY: pgrx asks that the hooks be #[pg_guard] functions, so that a
+    // panic in them becomes an ERROR: `check_standby_slots` is made by
+    // `string_check_hook!`, which marks it #[pgrx::pg_guard]; no assign or
+    // show hook.
     unsafe {
         GucRegistry::define_string_guc_with_hooks(
             c"leaf_id.synchronized_standby_slots",
@@ -149,7 +152,8 @@ pub fn register(preloading: bool) {
         GucContext::Suset,
         GucFlags::default(),
     );
-    // SAFETY: the hook is a #[pg_guard] function
+    // SAFETY: as for leaf_id.synchronized_standby_slots: `check_node_name`
+    // is made by `string_check_hook!`, a #[pgrx::pg_guard] function.
     unsafe {
         GucRegistry::define_string_guc_with_hooks(
             c"leaf_id.node_name",
@@ -379,11 +383,19 @@ macro_rules! string_check_hook {
             _extra: *mut *mut std::ffi::c_void,
             _source: pgrx::pg_sys::GucSource::Type,
         ) -> bool {
+            // SAFETY: PostgreSQL calls a string setting's check hook with
+            // `newval` pointing to the `char *` of the candidate value
+            // (guc.c's call_string_check_hook passes on its caller's), valid
+            // to read during the call; the value itself may be NULL (a NULL
+            // boot value).
             let value = unsafe { *newval };
             if value.is_null() {
                 return true;
             }
             let why: fn(&std::ffi::CStr) -> Option<String> = $why;
+            // SAFETY: `value` is not NULL (checked): the candidate string,
+            // NUL-terminated and malloc'd by guc.c, which keeps it until the
+            // hook returns; `why` only reads it and keeps no borrow.
             match why(unsafe { std::ffi::CStr::from_ptr(value) }) {
                 None => true,
                 Some(detail) => refuse_value(detail),
@@ -395,6 +407,12 @@ macro_rules! string_check_hook {
 /// A check hook's refusal: 22023, with `detail`.
 fn refuse_value(detail: String) -> bool {
     let detail = CString::new(detail).expect("no NUL");
+    // SAFETY: called only from the check hooks of `string_check_hook!`, on
+    // the process's one thread, where guc.c reads GUC_check_errcode's code
+    // and GUC_check_errdetail_string after the hook returns false (it resets
+    // both before each hook call). The detail is pstrdup'd into the current
+    // memory context, which lives until guc.c reports it right after the
+    // hook returns; `detail` outlives the copy.
     unsafe {
         pgrx::pg_sys::GUC_check_errcode(crate::errors::code_of(
             pgrx::PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
@@ -436,12 +454,21 @@ pub fn standby_slots_rule() -> crate::runtime::standby_rule::SlotRule {
 pub fn node_name() -> String {
     match NODE_NAME.get() {
         Some(s) if !s.to_bytes().is_empty() => s.to_string_lossy().into_owned(),
-        _ => unsafe {
-            format!(
-                "{}:{}",
-                pgrx::pg_sys::GetSystemIdentifier(),
-                *(&raw const pgrx::pg_sys::PostPortNumber)
-            )
-        },
+        _ => {
+            // SAFETY: the callers are the snowflake worker's claim and jobs,
+            // a process attached to shared memory, where GetSystemIdentifier
+            // reads the control file's copy (in shared memory since
+            // XLOGShmemInit); PostPortNumber is the postmaster's
+            // PGC_POSTMASTER `port`, a plain int set before any child starts
+            // and never changed, copied here by value (format! would borrow
+            // the static itself).
+            let (system, port) = unsafe {
+                (
+                    pgrx::pg_sys::GetSystemIdentifier(),
+                    pgrx::pg_sys::PostPortNumber,
+                )
+            };
+            format!("{system}:{port}")
+        }
     }
 }

@@ -182,7 +182,6 @@ fn verify_own_shard(
                 &[schema.tables_oid().into(), relname.into()],
             )
             .map_err(spi_err)?
-            .into_iter()
             .next();
         let Some(row) = row else { return Ok(None) };
         let oid = row.get::<pg_sys::Oid>(1).map_err(spi_err)?;
@@ -196,6 +195,13 @@ fn verify_own_shard(
     let Some(oid) = check(client)? else {
         return Err(refused());
     };
+    // SAFETY: this runs in the job's transaction (`client` is its SPI
+    // connection), where LockRelationOid may be called: it takes a lock on
+    // the (database, OID) tag and reads no relation, so an OID dropped since
+    // the check is harmless (the check below then finds no table). Its
+    // ERRORs (deadlock, lock_timeout, cancel) come back through pgrx's
+    // #[pg_guard] on pg_sys as a Rust panic, and the lock is released at the
+    // transaction's end.
     unsafe { pg_sys::LockRelationOid(oid, pg_sys::AccessShareLock as pg_sys::LOCKMODE) };
     if check(client)? != Some(oid) {
         return Err(refused());
@@ -615,7 +621,6 @@ pub fn mark_on_own_copy(
             &[(worker_id as i32).into()],
         )
         .map_err(spi_err)?
-        .into_iter()
         .next()
     else {
         return Ok(0);

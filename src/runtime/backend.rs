@@ -26,10 +26,10 @@ pub fn my_db_slot(sh: &Shared) -> usize {
     // touches, by value (no reference to it is made), on the one thread that runs SQL functions; a
     // cached index is a hint only, used after its slot's owner is checked to be this database.
     unsafe {
-        if let Some(i) = CACHED {
-            if sh.db(i).dboid.load(SeqCst) == my_dboid() {
-                return i;
-            }
+        if let Some(i) = CACHED
+            && sh.db(i).dboid.load(SeqCst) == my_dboid()
+        {
+            return i;
         }
         let slot = sh.db_slot(my_dboid()).or_else(|| {
             reclaim_dropped_databases(sh);

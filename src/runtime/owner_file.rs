@@ -126,7 +126,7 @@ impl BootRecord {
 /// owner can replace it.
 fn read_record_at(path: &std::path::Path, uid: u32) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::symlink_metadata(&path).ok()?;
+    let meta = std::fs::symlink_metadata(path).ok()?;
     if !meta.file_type().is_file() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
         return None;
     }

@@ -34,11 +34,23 @@ pub const MIN_SERVER_VERSION_NUM: i64 = 180000;
 /// Install `handler` for SIGTERM in a background worker.
 /// 18: `pqsignal` became a macro over `pqsignal_be` in the backend, which
 /// returns nothing.
+///
+/// # Safety
+///
+/// `handler` must be safe to run as a signal handler at any point of this
+/// process (async-signal-safe, no unwinding): the callers pass PostgreSQL's
+/// own `die` (`bgworker::postgres_die`).
 pub unsafe fn set_sigterm_handler(handler: unsafe extern "C-unwind" fn(std::ffi::c_int)) {
+    // SAFETY: `pqsignal` installs `handler` for SIGTERM, a signal number it
+    // accepts (sigaction; on 17 behind its wrapper that checks the pid), on
+    // the process's one thread; the handler is fit to run at any time (this
+    // function's Safety).
     #[cfg(any(feature = "pg15", feature = "pg16", feature = "pg17"))]
     unsafe {
         pg_sys::pqsignal(pg_sys::SIGTERM as i32, Some(handler));
     }
+    // SAFETY: as above: `pqsignal_be` is 18's backend `pqsignal`, which
+    // installs `handler` for SIGTERM the same way.
     #[cfg(feature = "pg18")]
     unsafe {
         pg_sys::pqsignal_be(pg_sys::SIGTERM as i32, Some(handler));

@@ -694,6 +694,9 @@ unsafe fn new_owner_token() -> i64 {
 }
 
 /// The shared region, or None when the library was not preloaded.
+// (clippy would read SHARED in place, `SHARED.as_ref()`: a reference to a
+// `static mut`, which the raw pointer avoids)
+#[allow(clippy::deref_addrof)]
 pub fn shared() -> Option<&'static Shared> {
     // SAFETY: SHARED is written only by `on_shmem_startup`: in the postmaster before it forks (the
     // children inherit it) or in an EXEC_BACKEND child at its start, before any caller of this

@@ -257,7 +257,7 @@ mod tests {
         );
         let named = SlotRule::Named(vec!["s1".into(), "l".into()]);
         assert_eq!(
-            no_physical_slot(&named, &[logical.clone()]),
+            no_physical_slot(&named, std::slice::from_ref(&logical)),
             Some(NoSlot::NoneNamedExists)
         );
         assert_eq!(

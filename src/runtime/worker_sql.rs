@@ -182,7 +182,6 @@ pub fn table_oid(
     match client
         .select(TABLE_OID, None, &[s.tables_oid.into(), t.name().into()])
         .map_err(spi_err)?
-        .into_iter()
         .next()
     {
         Some(row) => row.get::<pg_sys::Oid>(1).map_err(spi_err),

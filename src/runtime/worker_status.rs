@@ -12,6 +12,9 @@ use crate::runtime::shmem::Role;
 use pgrx::prelude::*;
 use std::sync::atomic::Ordering::SeqCst;
 
+// (the columns' names and types are spelled in the signature, where pgrx
+// reads them for the SQL function: no type alias can stand in for them)
+#[allow(clippy::type_complexity)]
 #[pg_extern(volatile, parallel_safe)]
 fn leaf_id_worker_status() -> TableIterator<
     'static,

@@ -514,11 +514,14 @@ mod tests {
         let mut variants: Vec<(&str, Variant)> = vec![("generic", lanes::rounds_generic)];
         #[cfg(target_arch = "x86_64")]
         {
-            // SAFETY (both): called only where the CPU has the feature
+            // (each variant is pushed only where the CPU has its feature)
             if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: this closure is pushed only when the CPU has AVX2
+                // (checked just above), and runs in this test on this CPU.
                 variants.push(("avx2", |d, a, b| unsafe { lanes::rounds_avx2(d, a, b) }));
             }
             if std::arch::is_x86_feature_detected!("avx512f") {
+                // SAFETY: as above, with AVX-512F.
                 variants.push(("avx512", |d, a, b| unsafe { lanes::rounds_avx512(d, a, b) }));
             }
         }

@@ -208,8 +208,8 @@ mod tests {
         }
         let mut seen = std::collections::HashSet::new();
         for round in 0..5 {
-            for slot in 0..MAX_RUNS {
-                let id = draw(&mut runs, &mut counters[slot], slot, 1);
+            for (slot, counter) in counters.iter_mut().enumerate().take(MAX_RUNS) {
+                let id = draw(&mut runs, counter, slot, 1);
                 assert_eq!(
                     id / 1000,
                     slot as i64,

@@ -18,6 +18,8 @@ use pgrx::spi::Spi;
 #[pg_extern(volatile, parallel_safe)]
 fn leaf_id_random_key() -> Vec<u8> {
     let mut key = vec![0u8; 16];
+    // SAFETY: pg_strong_random writes at most `key.len()` bytes to
+    // `key.as_mut_ptr()`, the start of the live Vec of that many bytes.
     if !unsafe { pg_sys::pg_strong_random(key.as_mut_ptr().cast(), key.len()) } {
         raise(
             PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
@@ -152,6 +154,10 @@ pub(crate) fn decode_privilege() -> Option<(bool, pg_sys::Oid)> {
     let (Some(may_decode), Some(owner)) = (may_decode, owner) else {
         return None;
     };
+    // SAFETY: superuser() reads the session's user id and pg_authid through
+    // the syscache, which needs a transaction: the callers are SQL functions
+    // (leaf_opaque_grant, leaf_segment_status), inside the caller's
+    // transaction, where Spi just ran.
     Some((may_decode || unsafe { pg_sys::superuser() }, owner))
 }
 

@@ -47,7 +47,6 @@ fn draw_role_oid(client: &mut pgrx::spi::SpiClient, name: Option<String>) -> Res
     let oid = client
         .select(sql::role_oid(), None, &[name.as_str().into()])
         .map_err(spi_err)?
-        .into_iter()
         .next()
         .and_then(|r| r.get::<pg_sys::Oid>(1).ok().flatten())
         .map(|o| o.to_u32());
@@ -108,11 +107,10 @@ pub(crate) fn reserve(
                 "after the update found no row",
                 std::time::Duration::from_millis(1500),
             );
-            let exists = client
+            let exists = !client
                 .select(&sql::alloc_row_exists(schema), None, &[tag.into()])
                 .map_err(spi_err)?
-                .len()
-                > 0;
+                .is_empty();
             if !exists {
                 settings::pause_point(
                     "slow_tag_lookup",
@@ -449,7 +447,6 @@ fn encoding_history(
     let Some(row) = client
         .select(&sql::alloc_encoding_of(schema), None, &[tag.into()])
         .map_err(spi_err)?
-        .into_iter()
         .next()
     else {
         return Ok(None);

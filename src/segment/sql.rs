@@ -198,6 +198,11 @@ fn may_draw(slot: &TagSlot) -> bool {
 #[cold]
 fn has_privs_of(role: u32) -> bool {
     // (true for superusers; a role's members that inherit its privileges)
+    // SAFETY: called only from the SQL functions of this file (the draws and
+    // leaf_segment_status), in the caller's transaction, which the catalog
+    // lookups of has_privs_of_role need; GetUserId reads the session's user,
+    // set for any backend. `role` is any OID: one that names no role (its
+    // role dropped since) is a member of nothing, and the check is false.
     unsafe { pgrx::pg_sys::has_privs_of_role(pgrx::pg_sys::GetUserId(), role.into()) }
 }
 
@@ -629,6 +634,8 @@ fn leaf_segment_status() -> TableIterator<
 #[pg_extern(volatile, parallel_unsafe)]
 fn leaf_id_reset_cache() {
     // superusers only, whatever was granted: it removes files of the server
+    // SAFETY: superuser() reads the session's user and pg_authid through
+    // the syscache: we are in the SQL function's transaction.
     if !unsafe { pgrx::pg_sys::superuser() } {
         crate::errors::raise(
             PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,

@@ -266,7 +266,7 @@ pub fn same_bytes(a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::hash::{BuildHasher, Hash};
+    use std::hash::BuildHasher;
 
     #[test]
     fn the_last_tag_and_the_map() {
@@ -353,12 +353,7 @@ mod tests {
 
     #[test]
     fn tags_that_differ_in_their_last_bytes_or_length_hash_apart() {
-        let h = |t: &[u8]| {
-            let b = BuildHasherDefault::<FxHasher>::new();
-            let mut s = b.build_hasher();
-            t.hash(&mut s);
-            s.finish()
-        };
+        let h = |t: &[u8]| BuildHasherDefault::<FxHasher>::new().hash_one(t);
         assert_ne!(h(b"a"), h(b"a\0"));
         assert_ne!(h(b"order_1"), h(b"order_2"));
         assert_ne!(h(b"12345678a"), h(b"12345678b"));

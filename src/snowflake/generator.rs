@@ -359,7 +359,7 @@ fn wait_next_ms(clock: &dyn Clock, now: i64) {
             return;
         }
         spins += 1;
-        if spins % 1024 == 0 {
+        if spins.is_multiple_of(1024) {
             clock.check_interrupts();
         }
         if spins > 100_000 {
@@ -395,7 +395,7 @@ mod tests {
     impl Clock for FakeClock {
         fn now_ms(&self) -> i64 {
             self.reads.set(self.reads.get() + 1);
-            if self.tick_every.get() > 0 && self.reads.get() % self.tick_every.get() == 0 {
+            if self.tick_every.get() > 0 && self.reads.get().is_multiple_of(self.tick_every.get()) {
                 self.now.set(self.now.get() + 1);
             }
             self.now.get()

@@ -38,6 +38,12 @@ const CLAIM_RETRY: Duration = Duration::from_millis(100);
 /// How long a pin move that failed waits before the next try.
 const REPIN_RETRY: Duration = Duration::from_secs(10);
 
+impl Default for SnowflakeJobs {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl SnowflakeJobs {
     pub fn new() -> SnowflakeJobs {
         SnowflakeJobs {

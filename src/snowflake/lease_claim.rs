@@ -65,6 +65,9 @@ fn configured_for_other_databases(client: &mut SpiClient) -> Result<Vec<i64>, Jo
         .update(
             sql::WORKER_IDS_CONFIGURED_ELSEWHERE,
             None,
+            // SAFETY: MyDatabaseId is this process's plain Oid global, set
+            // when the worker connected to its database and never changed
+            // after; read by value on the process's one thread.
             &[unsafe { pg_sys::MyDatabaseId }.into()],
         )
         .map_err(spi_err)?;

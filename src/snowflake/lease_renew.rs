@@ -94,15 +94,14 @@ pub(crate) fn persist(
                 }
                 // no row updated: gone (None), or there and the update
                 // skipped by a trigger (Some(None), refused below)
-                let there = client
+                let there = !client
                     .select(
                         &sql::worker_mark(schema),
                         None,
                         &[(worker_id as i32).into()],
                     )
                     .map_err(spi_err)?
-                    .len()
-                    > 0;
+                    .is_empty();
                 Ok(there.then_some(None))
             })
     })?;

@@ -40,6 +40,12 @@ impl Clock for PgClock {
 /// xorshift, seeded per backend: only to spread the first sequence of a millisecond.
 fn random() -> i64 {
     static mut STATE: u64 = 0;
+    // SAFETY: STATE is this function's own, so only this code touches it;
+    // it is called from the SQL functions' draws (`&mut random` in
+    // `next_ids`), on the backend's one thread (no Rust thread of this
+    // library draws IDs), and is not reentered: no two accesses overlap. It
+    // is read and written by value, with no reference to it. MyProcPid is
+    // the process's plain int global, set at its start.
     unsafe {
         if STATE == 0 {
             STATE = (pgrx::pg_sys::MyProcPid as u64) << 32
