@@ -295,7 +295,7 @@ impl Generator {
             }
             let worker_id = (word >> WORKER_SHIFT) & WORKER_MASK;
             let issued = word & ISSUED_MASK;
-            let last = (issued != 0).then(|| LastIssued {
+            let last = (issued != 0).then_some(LastIssued {
                 t: (issued >> SEQUENCE_BITS) as i64,
                 seq: (issued & MAX_SEQUENCE as u64) as i64,
             });
