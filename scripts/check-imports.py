@@ -19,7 +19,7 @@ SRC = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file_
 PURE = {
     "segment::buffer", "segment::step", "segment::reserve", "segment::opaque", "segment::opaque_runs",
     "snowflake::layout", "snowflake::generator", "snowflake::claim", "snowflake::quorum",
-    "runtime::standby_rule",
+    "runtime::standby_rule", "runtime::catalog",
 }
 # The one module that may use the jobs of both modes.
 WORKER_LOOP = "runtime::worker_loop"

@@ -185,7 +185,7 @@ pub extern "C-unwind" fn leaf_id_renewal_helper_main(arg: pg_sys::Datum) {
     let host = read_text(&slot.host, &slot.host_len);
     let port = slot.port.load(SeqCst);
     let command = read_text(&slot.command, &slot.command_len);
-    let result = crate::runtime::transaction::in_transaction(|_schema| {
+    let result = crate::runtime::transaction::in_transaction(|_schema, _| {
         pgrx::spi::Spi::connect_mut(|client| {
             let row = client
                 .update(

@@ -1,6 +1,7 @@
 //! What both modes share inside Postgres: shared memory (`shmem`, with the
 //! Citus helpers' slots in `copy_slot`), the owner file (`owner_file`), the
 //! clock (`clock`), a background worker's identity and start (`bgworker`),
+//! the catalog versions served and what each has (`catalog`, plain Rust),
 //! the worker loop (`worker_loop`, the only module that knows both modes'
 //! jobs), the hardened session and transactions (`transaction`, with the
 //! jobs' error type in `job`), the one module that builds the workers' SQL
@@ -16,6 +17,7 @@ pub mod as_owner;
 pub mod backend;
 pub mod backend_local;
 pub mod bgworker;
+pub mod catalog;
 pub mod clock;
 pub mod copy_slot;
 pub mod job;

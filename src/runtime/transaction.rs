@@ -15,6 +15,7 @@
 //! planted in another schema is never resolved.
 
 use crate::errors::code_of;
+use crate::runtime::catalog::Catalog;
 use crate::runtime::job::{EXTENSION_GONE, JobError};
 use crate::runtime::worker_sql::Schema;
 use pgrx::pg_sys;
@@ -25,77 +26,11 @@ use std::ffi::CStr;
 use std::panic::AssertUnwindSafe;
 
 /// The catalog version (the extension's SQL objects) this library serves.
-pub const CATALOG_VERSION: &str = env!("CARGO_PKG_VERSION");
+const CATALOG_VERSION: &str = Catalog::CURRENT.as_str();
 
-/// The older catalogs the library still serves: 0.6.0 differs only in where
-/// the tables are (the extension's schema; `leaf_id_catalog` from 0.7.0,
-/// which `worker_sql::installed_extension` finds as the extension's member
-/// schema), so it serves everything; 0.5.2 lacks only
-/// `leaf_alloc.max_value` and `draw_role` (`catalog_has_tag_limits`), 0.5.1
-/// also the `leaf_id_worker_status` view and 0.5.0 differs in `leaf_opaque_create`'s
-/// SQL too (its Citus INSERT), so it serves everything to both;
-/// 0.4.0 has opaque IDs but
-/// no opaque grants, so it serves plain tags only (`catalog_has_grants_and_history`);
-/// 0.3.0 has no opaque IDs (`catalog_has_opaque`); 0.1.0's leaf_worker has no owner_token and
-/// 0.2.0's no pinned copies (`copies`, `holder_copy`), which snowflake mode
-/// needs, so those two serve segment mode only (`catalog_lacks_snowflake`);
-/// 0.1.0 also has no leaf_alloc_tuning (`catalog_is_legacy`).
-pub const OLDER_CATALOGS: &[&str] = &[
-    "0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.5.1", "0.5.2", "0.6.0",
-];
-
-/// The older catalogs snowflake mode cannot run on.
-const CATALOGS_WITHOUT_SNOWFLAKE: &[&str] = &["0.1.0", "0.2.0"];
-
-/// The oldest catalog served: no owner token, no tuning table.
-pub const LEGACY_CATALOG: &str = "0.1.0";
-
-thread_local! {
-    /// The running job's catalog version, when it is not `CATALOG_VERSION`.
-    static JOB_CATALOG: std::cell::Cell<Option<&'static str>> = const { std::cell::Cell::new(None) };
-}
-
-/// Is the running job's database on `LEGACY_CATALOG` (0.1.0)?
-pub fn catalog_is_legacy() -> bool {
-    JOB_CATALOG.with(|c| c.get()) == Some(LEGACY_CATALOG)
-}
-
-/// Is the running job's database on a catalog too old for snowflake mode?
-pub fn catalog_lacks_snowflake() -> bool {
-    JOB_CATALOG
-        .with(|c| c.get())
-        .is_some_and(|v| CATALOGS_WITHOUT_SNOWFLAKE.contains(&v))
-}
-
-/// Does the running job's catalog have opaque IDs (0.4.0 on)?
-pub fn catalog_has_opaque() -> bool {
-    matches!(
-        JOB_CATALOG.with(|c| c.get()),
-        None | Some("0.4.0") | Some("0.5.0") | Some("0.5.1") | Some("0.5.2") | Some("0.6.0")
-    )
-}
-
-/// Does the running job's catalog have 0.5.0's `leaf_alloc.opaque_grant`
-/// (without it nothing proves that a tag's opaque domain was set by a role
-/// that may decode it, so opaque tags are refused) and `leaf_alloc_encoding`
-/// (each tag's encoding and reserved end, kept when its row is deleted)?
-pub fn catalog_has_grants_and_history() -> bool {
-    matches!(
-        JOB_CATALOG.with(|c| c.get()),
-        None | Some("0.5.0") | Some("0.5.1") | Some("0.5.2") | Some("0.6.0")
-    )
-}
-
-/// Does the running job's catalog have 0.6.0's `leaf_alloc.max_value` (the
-/// largest counter value a tag issues) and `leaf_alloc.draw_role` (whose
-/// privileges a caller needs to draw the tag's IDs)?
-pub fn catalog_has_tag_limits() -> bool {
-    matches!(JOB_CATALOG.with(|c| c.get()), None | Some("0.6.0"))
-}
-
-/// The error of a job that needs the current catalog.
-pub fn needs_current_catalog(what: &str) -> JobError {
-    let version = JOB_CATALOG.with(|c| c.get()).unwrap_or(LEGACY_CATALOG);
+/// The error of a job that needs the current catalog, on `catalog`.
+pub fn needs_current_catalog(catalog: Catalog, what: &str) -> JobError {
+    let version = catalog.as_str();
     JobError::new(
         PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
         format!(
@@ -316,9 +251,11 @@ pub fn citus_loaded() -> bool {
 /// Run `job` in a transaction of its own and commit it (synchronously: the
 /// worker forces synchronous_commit on). Any error, Postgres' or the job's,
 /// rolls the transaction back and is returned, not raised. `job` gets the
-/// extension's schema, whose name stays as it is until the transaction ends.
+/// extension's schema, whose name stays as it is until the transaction ends,
+/// and its catalog version, read once here (one this library does not serve
+/// is refused before the job runs).
 pub(crate) fn in_transaction<T>(
-    job: impl FnOnce(&Schema) -> Result<T, JobError>,
+    job: impl FnOnce(&Schema, Catalog) -> Result<T, JobError>,
 ) -> Result<T, JobError> {
     // SAFETY: callers run this in a worker or renewal helper connected to its database, from its
     // main line and never inside another transaction (jobs run one after another, and
@@ -354,20 +291,16 @@ pub(crate) fn in_transaction<T>(
         let job = job;
         let result = match installed_extension() {
             Err(e) => Err(e),
-            Ok(Some((schema, version)))
-                if version == CATALOG_VERSION || OLDER_CATALOGS.contains(&version.as_str()) =>
-            {
-                let older = OLDER_CATALOGS.iter().copied().find(|v| *v == version);
-                JOB_CATALOG.with(|c| c.set(older));
-                force_remote_settings().and_then(|()| (job.0)(&schema))
-            }
-            Ok(Some((_, version))) => Err(JobError::new(
-                PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-                format!(
-                    "leaf_id's library {CATALOG_VERSION} cannot serve its catalog of version {version} in this database: \
-                     run ALTER EXTENSION leaf_id UPDATE"
-                ),
-            )),
+            Ok(Some((schema, version))) => match Catalog::from_version(&version) {
+                Some(catalog) => force_remote_settings().and_then(|()| (job.0)(&schema, catalog)),
+                None => Err(JobError::new(
+                    PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                    format!(
+                        "leaf_id's library {CATALOG_VERSION} cannot serve its catalog of version {version} in this database: \
+                         run ALTER EXTENSION leaf_id UPDATE"
+                    ),
+                )),
+            },
             Ok(None) => Err(JobError::new(
                 PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
                 EXTENSION_GONE,

@@ -179,7 +179,7 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
         };
         if last_check.elapsed() >= Duration::from_secs(1) {
             last_check = Instant::now();
-            if let Err(e) = in_transaction(|_| Ok(())) {
+            if let Err(e) = in_transaction(|_, _| Ok(())) {
                 ctx.note(&e);
             }
         }

@@ -13,6 +13,7 @@
 //! with %I and %L from bound values. Must not touch shared memory or decide
 //! anything: the jobs do.
 
+use crate::runtime::catalog::Catalog;
 use crate::runtime::job::{JobError, spi_err};
 use pgrx::pg_sys;
 use pgrx::spi::SpiClient;
@@ -281,22 +282,26 @@ pub const RUN_ON_WORKER: &str =
 // --- segment mode: leaf_alloc ------------------------------------------
 
 /// Lock the row of tag $1 by a write (max_id, step).
-/// With `opaque` (catalog 0.4.0 on) also the tag's opaque domain and the
+/// With opaque IDs (catalog 0.4.0 on) also the tag's opaque domain and the
 /// fingerprint of the encoding its last refill recorded.
-/// With `grant` (catalog 0.5.0 on) also the row's opaque grant.
-/// With `limits` (catalog 0.6.0 on) also its max_value and draw_role.
-pub fn alloc_lock_row(s: &Schema, opaque: bool, grant: bool, limits: bool) -> String {
+/// With grants (catalog 0.5.0 on) also the row's opaque grant.
+/// With tag limits (catalog 0.6.0 on) also its max_value and draw_role.
+pub fn alloc_lock_row(s: &Schema, catalog: Catalog) -> String {
     format!(
         "UPDATE {} SET update_time = pg_catalog.now() \
          WHERE biz_tag OPERATOR(pg_catalog.=) $1 RETURNING max_id, step{}{}{}",
         s.table(Table::Alloc),
-        if opaque {
+        if catalog.has_opaque() {
             ", opaque_domain, opaque_check"
         } else {
             ""
         },
-        if grant { ", opaque_grant" } else { "" },
-        if limits {
+        if catalog.has_grants_and_history() {
+            ", opaque_grant"
+        } else {
+            ""
+        },
+        if catalog.has_tag_limits() {
             ", max_value, draw_role::pg_catalog.text"
         } else {
             ""
@@ -328,17 +333,17 @@ pub fn alloc_row_exists(s: &Schema) -> String {
 /// Record max_id = $2 for tag $1 if it is still $3: every copy of the row
 /// must say $3, or the statement fails (`leaf_id_alloc_row_conflict`); a
 /// 0.1.0 catalog has no such function and matches in the WHERE clause.
-/// With `opaque` (catalog 0.4.0 on), also records fingerprint $4 of the
+/// With opaque IDs (catalog 0.4.0 on), also records fingerprint $4 of the
 /// encoding the range is issued under (`leaf_alloc.opaque_check`); with
-/// `grant` (0.5.0 on), also the grant $5 of the new max_id (NULL: plain).
-pub fn alloc_record_end(s: &Schema, legacy: bool, opaque: bool, grant: bool) -> String {
+/// grants (0.5.0 on), also the grant $5 of the new max_id (NULL: plain).
+pub fn alloc_record_end(s: &Schema, catalog: Catalog) -> String {
     let table = s.table(Table::Alloc);
-    let check = match (opaque, grant) {
+    let check = match (catalog.has_opaque(), catalog.has_grants_and_history()) {
         (true, true) => ", opaque_check = $4, opaque_grant = $5",
         (true, false) => ", opaque_check = $4",
         _ => "",
     };
-    if legacy {
+    if !catalog.has_row_guards() {
         format!(
             "UPDATE {table} SET update_time = pg_catalog.now(), max_id = $2 \
              WHERE biz_tag OPERATOR(pg_catalog.=) $1 AND max_id OPERATOR(pg_catalog.=) $3 RETURNING max_id"
@@ -362,11 +367,12 @@ pub fn alloc_max_id(s: &Schema) -> String {
     )
 }
 
-/// max_id and step of tag $1 in this node's copy, read without Citus.
-pub fn shard_alloc_row(shard: &Shard, limits: bool) -> String {
+/// max_id and step of tag $1 in this node's copy, read without Citus; with
+/// tag limits (catalog 0.6.0 on) also its draw_role.
+pub fn shard_alloc_row(shard: &Shard, catalog: Catalog) -> String {
     format!(
         "SELECT max_id, step{} FROM {} WHERE biz_tag OPERATOR(pg_catalog.=) $1",
-        if limits {
+        if catalog.has_tag_limits() {
             ", draw_role::pg_catalog.text"
         } else {
             ""
@@ -710,6 +716,80 @@ pub fn build_on_server(
 #[cfg(test)]
 mod tests {
     use super::set_local_propagated;
+    use super::{Schema, Table, alloc_lock_row, alloc_record_end, shard_alloc_row};
+    use crate::runtime::catalog::Catalog;
+
+    /// A schema as `installed_extension` makes it on catalog 0.7.0.
+    fn schema() -> Schema {
+        Schema {
+            quoted: "ext".into(),
+            name: "ext".into(),
+            tables_quoted: "leaf_id_catalog".into(),
+            tables_name: "leaf_id_catalog".into(),
+            tables_oid: pgrx::pg_sys::Oid::INVALID,
+        }
+    }
+
+    /// The text of the builders that differ by catalog version, for one
+    /// version: `alloc_lock_row`, `alloc_record_end`, `shard_alloc_row`.
+    fn built(version: &str) -> [String; 3] {
+        let s = schema();
+        let catalog = Catalog::from_version(version).expect("a version served");
+        [
+            alloc_lock_row(&s, catalog),
+            alloc_record_end(&s, catalog),
+            shard_alloc_row(&s.shard(Table::Alloc, 7), catalog),
+        ]
+    }
+
+    /// Each catalog version's statements, word for word.
+    #[test]
+    fn catalog_versions_statements_are_pinned() {
+        const LOCK: &str = "UPDATE leaf_id_catalog.leaf_alloc SET update_time = pg_catalog.now() \
+             WHERE biz_tag OPERATOR(pg_catalog.=) $1 RETURNING max_id, step";
+        const OPAQUE: &str = ", opaque_domain, opaque_check";
+        const GRANT: &str = ", opaque_grant";
+        const LIMITS: &str = ", max_value, draw_role::pg_catalog.text";
+        const LEGACY_END: &str = "UPDATE leaf_id_catalog.leaf_alloc SET update_time = pg_catalog.now(), \
+             max_id = $2 WHERE biz_tag OPERATOR(pg_catalog.=) $1 AND max_id OPERATOR(pg_catalog.=) $3 \
+             RETURNING max_id";
+        let end = |check: &str| {
+            format!(
+                "UPDATE leaf_id_catalog.leaf_alloc SET update_time = pg_catalog.now(), max_id = \
+                 CASE WHEN max_id OPERATOR(pg_catalog.=) $3 THEN $2 \
+                 ELSE ext.leaf_id_alloc_row_conflict(biz_tag, max_id) END{check} \
+                 WHERE biz_tag OPERATOR(pg_catalog.=) $1 RETURNING max_id"
+            )
+        };
+        const SHARD: &str = "SELECT max_id, step FROM leaf_id_catalog.leaf_alloc_7 \
+             WHERE biz_tag OPERATOR(pg_catalog.=) $1";
+        const SHARD_LIMITS: &str = "SELECT max_id, step, draw_role::pg_catalog.text \
+             FROM leaf_id_catalog.leaf_alloc_7 WHERE biz_tag OPERATOR(pg_catalog.=) $1";
+        let no_check = end("");
+        let check = end(", opaque_check = $4");
+        let check_grant = end(", opaque_check = $4, opaque_grant = $5");
+        let lock_opaque = format!("{LOCK}{OPAQUE}");
+        let lock_grant = format!("{LOCK}{OPAQUE}{GRANT}");
+        let lock_all = format!("{LOCK}{OPAQUE}{GRANT}{LIMITS}");
+        let expected: [(&str, &str, &str, &str); 9] = [
+            ("0.1.0", LOCK, LEGACY_END, SHARD),
+            ("0.2.0", LOCK, &no_check, SHARD),
+            ("0.3.0", LOCK, &no_check, SHARD),
+            ("0.4.0", &lock_opaque, &check, SHARD),
+            ("0.5.0", &lock_grant, &check_grant, SHARD),
+            ("0.5.1", &lock_grant, &check_grant, SHARD),
+            ("0.5.2", &lock_grant, &check_grant, SHARD),
+            ("0.6.0", &lock_all, &check_grant, SHARD_LIMITS),
+            ("0.7.0", &lock_all, &check_grant, SHARD_LIMITS),
+        ];
+        assert_eq!(expected.map(|e| e.0), Catalog::ALL.map(|c| c.as_str()));
+        for (version, lock, record_end, shard) in expected {
+            let [got_lock, got_end, got_shard] = built(version);
+            assert_eq!(got_lock, lock, "alloc_lock_row on {version}");
+            assert_eq!(got_end, record_end, "alloc_record_end on {version}");
+            assert_eq!(got_shard, shard, "shard_alloc_row on {version}");
+        }
+    }
 
     /// Only plain constants reach `SET LOCAL`'s text.
     #[test]

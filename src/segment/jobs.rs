@@ -140,8 +140,8 @@ impl SegmentJobs {
             return None;
         }
         let mut kept = self.kept_reserve(dboid);
-        let got = in_transaction(|schema| {
-            take_from_reserve(schema, dboid, tag, previous_step, &mut kept)
+        let got = in_transaction(|schema, catalog| {
+            take_from_reserve(schema, catalog, dboid, tag, previous_step, &mut kept)
         });
         // the file is the truth: a failed write left the range in it
         self.reserve = None;
@@ -235,7 +235,7 @@ impl SegmentJobs {
             return;
         }
         let names: Vec<String> = waiting.iter().map(|(_, _, tag)| tag.clone()).collect();
-        let found = in_transaction(|schema| {
+        let found = in_transaction(|schema, _| {
             Spi::connect(|client| {
                 let rows = client
                     .select(&sql::alloc_tags_among(schema), None, &[names.into()])
@@ -322,8 +322,8 @@ impl SegmentJobs {
         let served_by_reserve = from_reserve_first.is_some();
         let draw_role_seen = std::cell::Cell::new(None);
         let result = from_reserve_first.unwrap_or_else(|| {
-            in_transaction(|schema| {
-                tuning = !crate::runtime::transaction::catalog_is_legacy();
+            in_transaction(|schema, catalog| {
+                tuning = catalog.has_tuning();
                 let tuned = match previous {
                     None if tuning => read_tuned_step(schema, &tag)?,
                     _ => None,
@@ -331,6 +331,7 @@ impl SegmentJobs {
                 known_step = known_step.or(tuned);
                 let r = reserve(
                     schema,
+                    catalog,
                     ctx.dboid,
                     &tag,
                     reserved_end,
@@ -345,12 +346,7 @@ impl SegmentJobs {
                 // commit fails the mark only leaves a gap
                 // (durable where this transaction records r.end in the
                 // tag's leaf_alloc_encoding row: catalog 0.5.0 on)
-                remember_reserved(
-                    ctx.dboid,
-                    &tag,
-                    r.end,
-                    crate::runtime::transaction::catalog_has_grants_and_history(),
-                )?;
+                remember_reserved(ctx.dboid, &tag, r.end, catalog.has_grants_and_history())?;
                 Ok(r)
             })
             .map_err(|e| explain_unreachable(e, &format!("refill tag \"{tag}\""), "leaf_alloc"))
@@ -511,7 +507,7 @@ impl SegmentJobs {
     fn resync(&mut self, ctx: &mut WorkerContext) {
         let sh = ctx.sh;
         self.last_resync = Instant::now();
-        let tags = in_transaction(|schema| {
+        let tags = in_transaction(|schema, _| {
             Spi::connect(|client| {
                 let rows = client
                     .select(&sql::alloc_tags(schema), None, &[])

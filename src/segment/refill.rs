@@ -4,6 +4,7 @@
 //! of one refill; scheduling and publishing are `segment::jobs`'.
 
 use crate::runtime::backend::database_exists;
+use crate::runtime::catalog::Catalog;
 use crate::runtime::job::{JobError, spi_err};
 use crate::runtime::shmem::shared;
 use crate::runtime::transaction::in_transaction;
@@ -78,6 +79,7 @@ fn alloc_table_oid(client: &mut pgrx::spi::SpiClient, schema: &Schema) -> Result
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn reserve(
     schema: &Schema,
+    catalog: Catalog,
     dboid: u32,
     tag: &str,
     reserved_end: i64,
@@ -94,10 +96,10 @@ pub(crate) fn reserve(
         // write is serialized with the writes of every other node, so the
         // max_id it returns is the latest one (a stale read there reserved
         // one range on two nodes).
-        let opaque = crate::runtime::transaction::catalog_has_opaque();
-        let granted = crate::runtime::transaction::catalog_has_grants_and_history();
-        let limits = crate::runtime::transaction::catalog_has_tag_limits();
-        let lock_sql = sql::alloc_lock_row(schema, opaque, granted, limits);
+        let opaque = catalog.has_opaque();
+        let granted = catalog.has_grants_and_history();
+        let limits = catalog.has_tag_limits();
+        let lock_sql = sql::alloc_lock_row(schema, catalog);
         let mut row = client
             .update(&lock_sql, None, &[tag.into()])
             .map_err(spi_err)?;
@@ -192,7 +194,9 @@ pub(crate) fn reserve(
         {
             return Err(encoding_changed(tag));
         }
-        let on_citus = !crate::runtime::transaction::catalog_is_legacy()
+        // (a 0.1.0 catalog has no guard functions: its refills never count
+        // as Citus ones, and keep no reserve)
+        let on_citus = catalog.has_row_guards()
             && crate::citus::copies::is_citus_table(client, schema, Table::Alloc)?;
         // the end of everything any server reserved for the tag, kept when
         // its row is deleted and across restarts (`leaf_alloc_encoding`)
@@ -241,6 +245,7 @@ pub(crate) fn reserve(
         if let (Some(name), Some(d)) = (&domain_name, encoding) {
             if !granted {
                 return Err(crate::runtime::transaction::needs_current_catalog(
+                    catalog,
                     "an opaque tag",
                 ));
             }
@@ -345,7 +350,6 @@ pub(crate) fn reserve(
         // the row is locked (above): every copy of it must still say
         // `max_id`, or the statement fails (`citus::guard`; a 0.1.0 catalog has
         // no guard function and matches in the WHERE clause)
-        let legacy = crate::runtime::transaction::catalog_is_legacy();
         let mut args = vec![tag.into(), end.into(), max_id.into()];
         if opaque {
             args.push(check.into());
@@ -354,11 +358,7 @@ pub(crate) fn reserve(
             args.push(encoding.map(|d| d.grant(tag, end)).into());
         }
         let updated = client
-            .update(
-                &sql::alloc_record_end(schema, legacy, opaque, granted),
-                None,
-                &args,
-            )
+            .update(&sql::alloc_record_end(schema, catalog), None, &args)
             .map_err(spi_err)?;
         let returned: Vec<Option<i64>> = updated.map(|r| r.get::<i64>(1).ok().flatten()).collect();
         let recorded = client
@@ -494,6 +494,7 @@ pub(crate) fn encoding_changed(tag: &str) -> JobError {
 /// range is never handed out twice, at worst lost.
 pub(crate) fn take_from_reserve(
     schema: &Schema,
+    catalog: Catalog,
     dboid: u32,
     tag: &str,
     previous_step: Option<i64>,
@@ -505,11 +506,11 @@ pub(crate) fn take_from_reserve(
             return Ok(None);
         };
         let oid = alloc_table_oid(client, schema)?;
-        let limits = crate::runtime::transaction::catalog_has_tag_limits();
+        let limits = catalog.has_tag_limits();
         // this node's copy, read without Citus
         let row = client
             .select(
-                &sql::shard_alloc_row(copies.shard(), limits),
+                &sql::shard_alloc_row(copies.shard(), catalog),
                 None,
                 &[tag.into()],
             )
@@ -596,7 +597,7 @@ pub(crate) fn read_tuned_step(schema: &Schema, tag: &str) -> Result<Option<i64>,
 /// trigger) is a WARNING and never stops a refill.
 pub(crate) fn save_tuned_step(tag: &str, step: i64) {
     let step = step.min(i32::MAX as i64) as i32;
-    let result = in_transaction(|schema| {
+    let result = in_transaction(|schema, _| {
         Spi::connect_mut(|client| {
             client
                 .update(

@@ -82,7 +82,7 @@ impl SnowflakeJobs {
             }
             slot.generator.close(crate::snowflake::sql::epoch());
             let (db, avoid) = (ctx.db, self.lost_id);
-            let result = in_transaction(|schema| claim(schema, db, avoid))
+            let result = in_transaction(|schema, catalog| claim(schema, catalog, db, avoid))
                 .map_err(|e| explain_unreachable(e, "claim a snowflake worker id", "leaf_worker"))
                 .and_then(|c| publish_claim(db, &c).map(|()| c));
             let _g = sh.lock_db(ctx.db);
@@ -127,9 +127,10 @@ impl SnowflakeJobs {
             if due || wanted {
                 self.last_heartbeat = Some(Instant::now());
                 let db = ctx.db;
-                let renewed = in_transaction(|schema| renew(schema, db)).map_err(|e| {
-                    explain_unreachable(e, "renew the snowflake lease", "leaf_worker")
-                });
+                let renewed =
+                    in_transaction(|schema, catalog| renew(schema, catalog, db)).map_err(|e| {
+                        explain_unreachable(e, "renew the snowflake lease", "leaf_worker")
+                    });
                 match renewed {
                     // in_transaction refuses a commit that a synchronous
                     // standby has not confirmed
@@ -196,7 +197,7 @@ impl SnowflakeJobs {
         if self.repin_after.is_some_and(|t| Instant::now() < t) {
             return;
         }
-        match in_transaction(|schema| repin(schema, db)) {
+        match in_transaction(|schema, catalog| repin(schema, catalog, db)) {
             Ok(Some((worker_id, groups))) => {
                 self.repin_after = None;
                 pgrx::log!(

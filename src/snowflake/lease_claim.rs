@@ -10,6 +10,7 @@
 //! returned (never raised on its own), the generator is closed before any
 //! re-claim, and a close lowers the row only to what was really issued.
 
+use crate::runtime::catalog::Catalog;
 use crate::runtime::clock::clock_ms;
 use crate::runtime::job::{JobError, spi_err};
 use crate::runtime::shmem::shared;
@@ -93,9 +94,15 @@ fn used_by_other_databases(db: usize) -> Vec<i64> {
 /// generator is closed (`SnowflakeJobs::claim`). `avoid`: the id released
 /// from under this server, taken from the registry only if no other is free
 /// (`claim::plan`).
-pub fn claim(schema: &Schema, db: usize, avoid: Option<i64>) -> Result<Claimed, JobError> {
-    if crate::runtime::transaction::catalog_lacks_snowflake() {
+pub fn claim(
+    schema: &Schema,
+    catalog: Catalog,
+    db: usize,
+    avoid: Option<i64>,
+) -> Result<Claimed, JobError> {
+    if !catalog.has_snowflake() {
         return Err(crate::runtime::transaction::needs_current_catalog(
+            catalog,
             "snowflake mode",
         ));
     }
@@ -363,6 +370,7 @@ pub fn claim(schema: &Schema, db: usize, avoid: Option<i64>) -> Result<Claimed, 
     let (lease, _) = persist(
         db,
         schema,
+        catalog,
         worker_id,
         &node,
         clock_ms().max(floor).max(last).saturating_add(ahead),

@@ -40,9 +40,10 @@ pub fn close_and_persist(db: usize, release_token: bool) {
     );
     let node = slot.node_name();
     let token = shared().expect("shared memory").owner_token();
-    let result = in_transaction(|schema| {
-        if crate::runtime::transaction::catalog_lacks_snowflake() {
+    let result = in_transaction(|schema, catalog| {
+        if !catalog.has_snowflake() {
             return Err(crate::runtime::transaction::needs_current_catalog(
+                catalog,
                 "snowflake mode",
             ));
         }

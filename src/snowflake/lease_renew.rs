@@ -3,6 +3,7 @@
 //! Citus copy by copy, a majority enough). Used by the claim, the heartbeat
 //! and the close.
 
+use crate::runtime::catalog::Catalog;
 use crate::runtime::clock::clock_ms;
 use crate::runtime::job::{JobError, spi_err};
 use crate::runtime::shmem::shared;
@@ -40,13 +41,15 @@ pub(crate) fn lease_ahead() -> Result<i64, JobError> {
 pub(crate) fn persist(
     db: usize,
     schema: &Schema,
+    catalog: Catalog,
     worker_id: i64,
     node: &str,
     mark: i64,
     through_citus: bool,
 ) -> Result<(i64, bool), JobError> {
-    if crate::runtime::transaction::catalog_lacks_snowflake() {
+    if !catalog.has_snowflake() {
         return Err(crate::runtime::transaction::needs_current_catalog(
+            catalog,
             "snowflake mode",
         ));
     }
@@ -124,19 +127,31 @@ pub(crate) fn persist(
 /// Renew the mark with the claimed worker id and node name (settings changed
 /// since take effect at the next claim): the commit happens in the caller
 /// (`in_transaction`), the mark is used only after it.
-pub(crate) fn renew(schema: &Schema, db: usize) -> Result<(i64, bool), JobError> {
+pub(crate) fn renew(schema: &Schema, catalog: Catalog, db: usize) -> Result<(i64, bool), JobError> {
     let slot = shared().expect("shared memory").db(db);
     let worker_id = slot.generator.worker_id();
     // never below the current lease: the row must cover what may be issued
     let mark = (clock_ms() + lease_ahead()?).max(slot.generator.lease_ms.load(SeqCst));
-    persist(db, schema, worker_id, &slot.node_name(), mark, false)
+    persist(
+        db,
+        schema,
+        catalog,
+        worker_id,
+        &slot.node_name(),
+        mark,
+        false,
+    )
 }
 
 /// Move the pin of this node's row to the copies its Citus metadata lists
 /// as active now (`citus::copies::repin`), after a renewal that held found
 /// them different: the worker id and the groups pinned now, when moved.
-pub(crate) fn repin(schema: &Schema, db: usize) -> Result<Option<(i64, Vec<i64>)>, JobError> {
-    if crate::runtime::transaction::catalog_lacks_snowflake() {
+pub(crate) fn repin(
+    schema: &Schema,
+    catalog: Catalog,
+    db: usize,
+) -> Result<Option<(i64, Vec<i64>)>, JobError> {
+    if !catalog.has_snowflake() {
         return Ok(None);
     }
     let slot = shared().expect("shared memory").db(db);
