@@ -14,7 +14,8 @@ use crate::snowflake::generator::Generator;
 use pgrx::pg_sys;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering::SeqCst,
+    AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU8, AtomicU32, AtomicU64,
+    Ordering::{Acquire, Relaxed, SeqCst},
 };
 
 /// A worker registered but not attached after this long is given up (a
@@ -150,8 +151,14 @@ pub struct DbSlot {
     pub generator: Generator,
     /// Guarded by the database's lock.
     pub error: ErrorCell,
-    pub node_name_len: AtomicU32,
-    pub node_name: UnsafeCell<[u8; crate::settings::NODE_NAME_MAX_BYTES]>,
+    /// The node name of the last claim (`set_node_name`, `node_name`):
+    /// written by the database's snowflake worker, read by it and by
+    /// `leaf_snowflake_status` in any backend, without a lock. Atomic bytes
+    /// with a version that is odd while a write is in progress, so a reader
+    /// never sees a name half written.
+    node_name_len: AtomicU32,
+    node_name: [AtomicU8; crate::settings::NODE_NAME_MAX_BYTES],
+    node_name_version: AtomicU32,
     /// The snowflake worker's requests to its renewal helpers, one slot per
     /// other copy of leaf_worker (`citus::renewal_helper`).
     copy_slots: [crate::runtime::copy_slot::CopySlot; crate::runtime::copy_slot::MAX_OTHER_COPIES],
@@ -336,26 +343,44 @@ impl DbSlot {
     pub fn any_worker(&self) -> bool {
         self.workers.iter().any(|w| w.pid.load(SeqCst) != 0)
     }
+    /// Record the node name of a claim. One writer: only the database's
+    /// snowflake worker claims (`WorkerSlot::pid`, set under the global
+    /// lock, admits one per slot).
     pub fn set_node_name(&self, name: &str) {
         let bytes = truncate_utf8(name, crate::settings::NODE_NAME_MAX_BYTES);
-        // SAFETY: NOT fully argued (issue #42). One writer: only `publish_claim` in the database's
-        // snowflake worker calls this, and `WorkerSlot::pid`, set under the global lock, admits one
-        // such worker per slot. But no lock keeps readers out: `leaf_snowflake_status` reads the
-        // bytes in other backends unlocked, so a read during a new claim races this copy (a torn
-        // name at worst).
-        unsafe { (&mut *self.node_name.get())[..bytes.len()].copy_from_slice(bytes) };
-        self.node_name_len.store(bytes.len() as u32, SeqCst);
+        self.node_name_version.fetch_add(1, SeqCst); // odd: a write is in progress
+        for (cell, &b) in self.node_name.iter().zip(bytes) {
+            cell.store(b, Relaxed);
+        }
+        self.node_name_len.store(bytes.len() as u32, Relaxed);
+        self.node_name_version.fetch_add(1, SeqCst); // even: the name is whole
     }
+    /// The node name of the last claim, never half written: read again
+    /// while a write is in progress or one ended during the read (at most
+    /// `NODE_NAME_READ_TRIES` times; the name is shown, never used for IDs).
     pub fn node_name(&self) -> String {
-        let len =
-            (self.node_name_len.load(SeqCst) as usize).min(crate::settings::NODE_NAME_MAX_BYTES);
-        // SAFETY: NOT fully argued (issue #42): the snowflake worker's own reads (lease_renew,
-        // lease_close) cannot overlap its write in `set_node_name`, but `leaf_snowflake_status`
-        // reads here with no lock in another backend while the worker may write. `len` is clamped
-        // to the array.
-        unsafe { String::from_utf8_lossy(&(&*self.node_name.get())[..len]).into_owned() }
+        let mut bytes = Vec::with_capacity(crate::settings::NODE_NAME_MAX_BYTES);
+        for _ in 0..NODE_NAME_READ_TRIES {
+            let before = self.node_name_version.load(SeqCst);
+            let len = (self.node_name_len.load(Relaxed) as usize)
+                .min(crate::settings::NODE_NAME_MAX_BYTES);
+            bytes.clear();
+            bytes.extend(self.node_name[..len].iter().map(|b| b.load(Relaxed)));
+            // (the bytes' loads stay before the second look at the version)
+            std::sync::atomic::fence(Acquire);
+            if before.is_multiple_of(2) && self.node_name_version.load(SeqCst) == before {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
     }
 }
+
+/// How often `DbSlot::node_name` reads again while the worker writes it
+/// (a write takes well under a microsecond, and a worker writes once per
+/// claim).
+const NODE_NAME_READ_TRIES: u32 = 100_000;
 
 impl TagSlot {
     /// Global lock held (or the slot owned by the caller's database).
@@ -465,8 +490,8 @@ pub struct Shared {
 
 // SAFETY: a `Shared` is pointers and counts written once by `on_shmem_startup` and only read after.
 // What they point to is shared memory PostgreSQL maps for the server's lifetime and that many
-// processes use at once: atomics, UnsafeCells used only under the LWLock named at each access
-// (except `DbSlot::node_name`, see there), and header fields written at startup or under the global
+// processes use at once: atomics, UnsafeCells used only under the LWLock named at each access,
+// and header fields written at startup or under the global
 // lock. Within a process only the one thread that runs PostgreSQL code uses it: leaf_id starts no
 // thread, and pgrx panics on a pg_sys call (LWLockAcquire included) from any other thread, so the
 // LWLocks never have to tell two threads of one PGPROC apart.
@@ -1204,5 +1229,47 @@ impl Shared {
         // spinlock, so many processes may use it at once. Broadcast needs MyProc: the callers are
         // backends and workers (`detach` too, which runs before ProcKill gives up the PGPROC).
         unsafe { pg_sys::ConditionVariableBroadcast(self.db(db).cv.get()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DbSlot;
+
+    /// A reader beside the writer sees one of the names written, whole:
+    /// never the start of one with the rest of another.
+    #[test]
+    fn a_node_name_is_never_read_half_written() {
+        let long = "a".repeat(200);
+        // SAFETY: zeroed memory is the state PostgreSQL's shared memory
+        // starts in, and a valid empty slot (the module's doc): atomics,
+        // plain integers and C structs of integers and pointers.
+        let slot: Box<DbSlot> = unsafe { Box::new_zeroed().assume_init() };
+        slot.set_node_name(&long);
+        struct Shared(Box<DbSlot>);
+        // SAFETY: the two threads touch only the slot's node name, which is
+        // atomics (`set_node_name`, `node_name`); nothing else of the slot.
+        unsafe impl Sync for Shared {}
+        impl Shared {
+            fn slot(&self) -> &DbSlot {
+                &self.0
+            }
+        }
+        let shared = &Shared(slot);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 0..5_000 {
+                    let name = if i % 2 == 0 { "bb" } else { &long };
+                    shared.slot().set_node_name(name);
+                    // (a claim writes it once; a writer that never pauses
+                    // could keep the reader from a whole read)
+                    std::thread::sleep(std::time::Duration::from_micros(5));
+                }
+            });
+            for _ in 0..50_000 {
+                let name = shared.slot().node_name();
+                assert!(name == "bb" || name == long, "a torn name: {name:?}");
+            }
+        });
     }
 }
