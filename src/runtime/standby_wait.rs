@@ -174,8 +174,8 @@ fn warn_without_physical_slot(rule: &SlotRule, slots: &[SlotState]) {
 
 /// Return once every standby the rule names has flushed past `commit_end`
 /// (the end of the worker's commit record); an error when one has not
-/// within `leaf_id.standby_confirm_timeout` (55P03), or when the worker is told to
-/// stop (57P01):
+/// within `leaf_id.standby_confirm_timeout`, or when the worker is told to
+/// stop (both 55P03):
 /// the caller must then not use what the commit reserved (it stays reserved
 /// in the table, so nothing is handed out twice; those IDs are skipped).
 pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
@@ -257,8 +257,11 @@ pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
                 // this thread; read volatile through a raw pointer, as C does.
                 if unsafe { (&raw const pg_sys::ProcDiePending).read_volatile() != 0 } {
                     set_note("", None);
+                    // (55P03 for the callers that waited for this job: the
+                    // worker is told to stop, not they; 57P01 would tell a
+                    // client or a pooler that its own session was ended)
                     return Err(JobError::new(
-                        PgSqlErrorCode::ERRCODE_ADMIN_SHUTDOWN,
+                        PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
                         format!(
                             "the leaf_id worker stops while its commit waits for {what}: nothing it reserved is used"
                         ),
