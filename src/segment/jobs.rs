@@ -11,9 +11,10 @@ use crate::runtime::job::{JobError, explain_unreachable, spi_err};
 use crate::runtime::shmem::{TagStatus, data_dir};
 use crate::runtime::transaction::in_transaction;
 use crate::runtime::worker_sql as sql;
+use crate::segment::range_plan::Tuning;
 use crate::segment::refill::{
-    Reserved, encoding_changed, read_tuned_step, remember_reserved, reserve, save_tuned_step,
-    take_from_reserve,
+    Durability, RefillConfig, Reserved, encoding_changed, lock_tag_row, read_tuned_step,
+    remember_reserved, reserve, save_tuned_step, take_from_reserve,
 };
 use crate::segment::reserve::{self as local_reserve, Reserve};
 use crate::segment::reserve_file::{load_reserve, reset_since_load, save_reserve};
@@ -320,7 +321,9 @@ impl SegmentJobs {
             None
         };
         let served_by_reserve = from_reserve_first.is_some();
-        let draw_role_seen = std::cell::Cell::new(None);
+        // who may draw the tag, once its row was read: also for a refill
+        // refused after that (a Postgres error too, which unwinds)
+        let mut draw_role_seen = None;
         let result = from_reserve_first.unwrap_or_else(|| {
             in_transaction(|schema, catalog| {
                 tuning = catalog.has_tuning();
@@ -329,24 +332,28 @@ impl SegmentJobs {
                     _ => None,
                 };
                 known_step = known_step.or(tuned);
-                let r = reserve(
+                let cfg = RefillConfig {
                     schema,
                     catalog,
-                    ctx.dboid,
-                    &tag,
+                    dboid: ctx.dboid,
+                    tag: &tag,
                     reserved_end,
-                    Self::policy(),
-                    previous,
-                    tuned,
-                    &kept,
+                    tuning: Tuning {
+                        policy: Self::policy(),
+                        previous,
+                        tuned,
+                    },
+                    kept: &kept,
                     slot_encoding,
-                    &draw_role_seen,
-                )?;
+                };
+                let locked = lock_tag_row(&cfg)?;
+                draw_role_seen = Some(locked.draw_role);
+                let r = reserve(&cfg, &locked)?;
                 // remembered before the commit makes the range usable: if the
                 // commit fails the mark only leaves a gap
                 // (durable where this transaction records r.end in the
                 // tag's leaf_alloc_encoding row: catalog 0.5.0 on)
-                remember_reserved(ctx.dboid, &tag, r.end, catalog.has_grants_and_history())?;
+                remember_reserved(ctx.dboid, &tag, r.end, Durability::of(catalog))?;
                 Ok(r)
             })
             .map_err(|e| explain_unreachable(e, &format!("refill tag \"{tag}\""), "leaf_alloc"))
@@ -437,7 +444,7 @@ impl SegmentJobs {
                     Err(e) => {
                         // (the callers that may not draw the tag get 42501
                         // instead of the error)
-                        if let Some(role) = draw_role_seen.get() {
+                        if let Some(role) = draw_role_seen {
                             slot.draw_role.store(role, SeqCst);
                         }
                         let (code, message) = e.for_callers();

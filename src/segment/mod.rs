@@ -4,7 +4,8 @@
 //!
 //! The pure core (no pgrx): `buffer` (the double buffer's state machine),
 //! `draw_role` (who may draw, as a slot holds it), `step` (the dynamic
-//! step), `reserve` (the Citus reserve's rules and file format), `opaque`
+//! step), `range_plan` (a refill's range, planned from the tag's row),
+//! `reserve` (the Citus reserve's rules and file format), `opaque`
 //! (the keyed permutation), `opaque_runs` (a session's runs of encoded
 //! opaque IDs), `tag_cache` (a session's tags and their slots). Inside
 //! Postgres: `sql` (the SQL functions), `opaque_sql` (the opaque domains'
@@ -16,6 +17,7 @@ pub mod jobs;
 pub mod opaque;
 pub mod opaque_runs;
 pub mod opaque_sql;
+pub mod range_plan;
 pub mod refill;
 pub mod reserve;
 pub mod reserve_file;

@@ -9,15 +9,17 @@ use crate::runtime::job::{JobError, spi_err};
 use crate::runtime::shmem::shared;
 use crate::runtime::transaction::in_transaction;
 use crate::runtime::worker_sql::{self as sql, Schema, Table};
-use crate::segment::buffer::MAX_SEGMENT_LEN;
 use crate::segment::draw_role;
 use crate::segment::opaque::Domain;
+use crate::segment::range_plan::{
+    BadRow, Bounds, CitusReserve, NoRoom, PlanInput, Range, Start, TagRow, Tuning, plan_segment,
+};
 use crate::segment::reserve::{NoRange, Reserve};
 use crate::segment::reserve_file::save_reserve;
-use crate::segment::step::{PreviousRefill, StepPolicy};
 use crate::settings;
 use pgrx::prelude::*;
-use pgrx::spi::Spi;
+use pgrx::spi::{Spi, SpiTupleTable};
+use std::time::Duration;
 
 pub(crate) struct Reserved {
     pub(crate) start: i64,
@@ -72,115 +74,148 @@ fn alloc_table_oid(client: &mut pgrx::spi::SpiClient, schema: &Schema) -> Result
         })
 }
 
-/// Reserve the next range of a tag: `[max_id, max_id + n)`, never below the
-/// end of what this server lifetime already reserved for the tag
-/// (`reserved_end`): a row deleted and inserted again, or a `max_id` moved
-/// back, cannot make a range overlap one already handed to callers.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn reserve(
-    schema: &Schema,
-    catalog: Catalog,
-    dboid: u32,
-    tag: &str,
-    reserved_end: i64,
-    policy: StepPolicy,
-    previous: Option<PreviousRefill>,
-    tuned: Option<i64>,
-    kept: &Reserve,
-    slot_encoding: Option<Option<Domain>>,
-    draw_role_seen: &std::cell::Cell<Option<u32>>,
-) -> Result<Reserved, JobError> {
+/// Column ordinals of `worker_sql::alloc_lock_row`'s `RETURNING`.
+const COL_MAX_ID: usize = 1;
+const COL_STEP: usize = 2;
+const COL_OPAQUE_DOMAIN: usize = 3;
+const COL_OPAQUE_CHECK: usize = 4;
+const COL_OPAQUE_GRANT: usize = 5;
+const COL_MAX_VALUE: usize = 6;
+const COL_DRAW_ROLE: usize = 7;
+/// `slow_tag_lookup` pauses (tests): after the lock found no row, and
+/// after the row was not found either.
+const PAUSE_AFTER_NO_LOCK: Duration = Duration::from_millis(1500);
+const PAUSE_AFTER_NO_ROW: Duration = Duration::from_millis(3000);
+
+/// What a refill through `leaf_alloc` works from.
+pub(crate) struct RefillConfig<'a> {
+    pub(crate) schema: &'a Schema,
+    pub(crate) catalog: Catalog,
+    pub(crate) dboid: u32,
+    pub(crate) tag: &'a str,
+    /// The end of what this server lifetime already reserved for the tag.
+    pub(crate) reserved_end: i64,
+    pub(crate) tuning: Tuning,
+    /// This server's Citus reserve, as kept.
+    pub(crate) kept: &'a Reserve,
+    /// The encoding this server's slot issued under in this lifetime (None:
+    /// none yet).
+    pub(crate) slot_encoding: Option<Option<Domain>>,
+}
+
+/// The tag's row, locked and read once, and who may draw its IDs.
+pub(crate) struct LockedRow {
+    row: TagRow,
+    /// `TagSlot::draw_role` of the row's `draw_role`.
+    pub(crate) draw_role: u32,
+}
+
+/// Where leaf_alloc is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Placement {
+    /// A Citus table (its refills keep this server's reserve).
+    Citus,
+    /// This server's own table (also a 0.1.0 catalog's, which has no guard
+    /// functions: its refills never count as Citus ones).
+    Local,
+}
+
+/// The first step of a refill: lock the tag's row and read it once. Its
+/// draw role is known before any refusal of `reserve`: a refused refill's
+/// error reaches only the callers that may draw the tag (others get 42501,
+/// not what the error tells of the row).
+pub(crate) fn lock_tag_row(cfg: &RefillConfig<'_>) -> Result<LockedRow, JobError> {
     Spi::connect_mut(|client| {
         // A write, not SELECT ... FOR UPDATE, locks the row: on a Citus
         // reference table a FOR UPDATE locks only this node's copy, while a
         // write is serialized with the writes of every other node, so the
         // max_id it returns is the latest one (a stale read there reserved
         // one range on two nodes).
-        let opaque = catalog.has_opaque();
-        let granted = catalog.has_grants_and_history();
-        let limits = catalog.has_tag_limits();
-        let lock_sql = sql::alloc_lock_row(schema, catalog);
-        let mut row = client
-            .update(&lock_sql, None, &[tag.into()])
+        let lock_sql = sql::alloc_lock_row(cfg.schema, cfg.catalog);
+        let mut rows = client
+            .update(&lock_sql, None, &[cfg.tag.into()])
             .map_err(spi_err)?;
-        if row.is_empty() {
-            settings::pause_point(
-                "slow_tag_lookup",
-                "after the update found no row",
-                std::time::Duration::from_millis(1500),
-            );
-            let exists = !client
-                .select(&sql::alloc_row_exists(schema), None, &[tag.into()])
-                .map_err(spi_err)?
-                .is_empty();
-            if !exists {
-                settings::pause_point(
-                    "slow_tag_lookup",
-                    "after the row was not found",
-                    std::time::Duration::from_millis(3000),
-                );
-                return Err(unknown_tag(tag));
-            }
-            // committed since the update's snapshot (a tag inserted just
-            // now): the update again, with a new one
-            row = client
-                .update(&lock_sql, None, &[tag.into()])
-                .map_err(spi_err)?;
-            if row.is_empty() {
-                return Err(not_recorded(
-                    tag,
-                    "the row could not be locked by an update",
-                ));
-            }
+        if rows.is_empty() {
+            rows = lock_after_miss(client, cfg, &lock_sql)?;
         }
-        let row = row.first();
-        let max_id: i64 = row.get(1).ok().flatten().unwrap_or(-1);
-        let table_step: i64 = row.get::<i32>(2).ok().flatten().map(i64::from).unwrap_or(0);
-        let (domain_name, recorded_check) = if opaque {
-            (
-                row.get::<String>(3).map_err(spi_err)?,
-                row.get::<i64>(4).map_err(spi_err)?,
-            )
-        } else {
-            (None, None)
-        };
-        let recorded_grant = if granted {
-            row.get::<i64>(5).map_err(spi_err)?
-        } else {
-            None
-        };
-        // (a catalog with limits has opaque domains and grants: columns 6, 7)
-        let (max_value, draw_role_name) = if limits {
-            (
-                row.get::<i64>(6).map_err(spi_err)?,
-                row.get::<String>(7).map_err(spi_err)?,
-            )
-        } else {
-            (None, None)
-        };
-        // known before any refusal below: a refused refill's error reaches
-        // only the callers that may draw the tag (others get 42501, not
-        // what the error tells of the row)
-        let draw_role = draw_role_oid(client, draw_role_name)?;
-        draw_role_seen.set(Some(draw_role));
-        if table_step < 1 {
-            return Err(JobError::new(
-                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                format!("leaf_alloc.step of tag \"{tag}\" is {table_step}; it must be at least 1"),
-            ));
-        }
-        if max_id < 0 {
-            return Err(JobError::new(
-                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                format!("leaf_alloc.max_id of tag \"{tag}\" is {max_id}; it must not be negative"),
-            ));
-        }
-        let step = match previous {
-            Some(_) => policy.next_step(table_step, previous),
-            None => policy.first_step(table_step, tuned),
-        };
-        let encoding = match &domain_name {
-            Some(name) => Some(opaque_domain(client, schema, tag, name)?),
+        let row = read_tag_row(&rows.first(), cfg.catalog)?;
+        let draw_role = draw_role_oid(client, row.draw_role.clone())?;
+        Ok(LockedRow { row, draw_role })
+    })
+}
+
+/// The lock found no row: the tag is unknown, or its row was committed
+/// since the update's snapshot (a tag inserted just now), so the update
+/// again, with a new one.
+fn lock_after_miss<'c>(
+    client: &mut pgrx::spi::SpiClient<'c>,
+    cfg: &RefillConfig<'_>,
+    lock_sql: &String,
+) -> Result<SpiTupleTable<'c>, JobError> {
+    settings::pause_point(
+        "slow_tag_lookup",
+        "after the update found no row",
+        PAUSE_AFTER_NO_LOCK,
+    );
+    let exists = !client
+        .select(&sql::alloc_row_exists(cfg.schema), None, &[cfg.tag.into()])
+        .map_err(spi_err)?
+        .is_empty();
+    if !exists {
+        settings::pause_point(
+            "slow_tag_lookup",
+            "after the row was not found",
+            PAUSE_AFTER_NO_ROW,
+        );
+        return Err(unknown_tag(cfg.tag));
+    }
+    let rows = client
+        .update(lock_sql, None, &[cfg.tag.into()])
+        .map_err(spi_err)?;
+    if rows.is_empty() {
+        return Err(not_recorded(
+            cfg.tag,
+            "the row could not be locked by an update",
+        ));
+    }
+    Ok(rows)
+}
+
+/// The locked row's columns; those the catalog lacks are None.
+fn read_tag_row(row: &SpiTupleTable<'_>, catalog: Catalog) -> Result<TagRow, JobError> {
+    let mut columns = TagRow {
+        // (NULL, or unreadable: refused by `TagRow::counts`)
+        max_id: row.get::<i64>(COL_MAX_ID).ok().flatten(),
+        step: row.get::<i32>(COL_STEP).ok().flatten(),
+        ..TagRow::default()
+    };
+    if catalog.has_opaque() {
+        columns.opaque_domain = row.get::<String>(COL_OPAQUE_DOMAIN).map_err(spi_err)?;
+        columns.opaque_check = row.get::<i64>(COL_OPAQUE_CHECK).map_err(spi_err)?;
+    }
+    if catalog.has_grants_and_history() {
+        columns.opaque_grant = row.get::<i64>(COL_OPAQUE_GRANT).map_err(spi_err)?;
+    }
+    // (a catalog with limits has opaque domains and grants: columns 6, 7)
+    if catalog.has_tag_limits() {
+        columns.max_value = row.get::<i64>(COL_MAX_VALUE).map_err(spi_err)?;
+        columns.draw_role = row.get::<String>(COL_DRAW_ROLE).map_err(spi_err)?;
+    }
+    Ok(columns)
+}
+
+/// Reserve the next range of a tag whose row `lock_tag_row` locked:
+/// `[max_id, max_id + n)`, never below the end of what this server lifetime
+/// already reserved for the tag (`reserved_end`): a row deleted and
+/// inserted again, or a `max_id` moved back, cannot make a range overlap
+/// one already handed to callers (`segment::range_plan`).
+pub(crate) fn reserve(cfg: &RefillConfig<'_>, locked: &LockedRow) -> Result<Reserved, JobError> {
+    Spi::connect_mut(|client| {
+        let row = &locked.row;
+        let counts = row.counts().map_err(|b| bad_row(cfg.tag, b))?;
+        let step = cfg.tuning.step(counts.table_step);
+        let encoding = match &row.opaque_domain {
+            Some(name) => Some(opaque_domain(client, cfg.schema, cfg.tag, name)?),
             None => None,
         };
         let check = encoding.map_or(0, |d| d.fingerprint());
@@ -189,221 +224,282 @@ pub(crate) fn reserve(
         // recorded, and the one the tag ever issued under (kept when the
         // row is deleted, and across restarts: `leaf_alloc_encoding`). A tag
         // never issues under two encodings, whose IDs could be equal.
-        if slot_encoding.is_some_and(|e| e != encoding)
-            || recorded_check.is_some_and(|c| c != check)
+        if cfg.slot_encoding.is_some_and(|e| e != encoding)
+            || row.opaque_check.is_some_and(|c| c != check)
         {
-            return Err(encoding_changed(tag));
+            return Err(encoding_changed(cfg.tag));
         }
         // (a 0.1.0 catalog has no guard functions: its refills never count
         // as Citus ones, and keep no reserve)
-        let on_citus = catalog.has_row_guards()
-            && crate::citus::copies::is_citus_table(client, schema, Table::Alloc)?;
-        // the end of everything any server reserved for the tag, kept when
-        // its row is deleted and across restarts (`leaf_alloc_encoding`)
-        let mut recorded_end = 0;
-        let history = granted;
-        // on Citus it must be one table for every node (a reference table,
-        // as leaf_alloc): a node's own would not know what the others
-        // issued under, and let a tag change its encoding there
-        if history
-            && on_citus
-            && !crate::citus::copies::is_citus_table(client, schema, Table::AllocEncoding)?
+        let placement = if cfg.catalog.has_row_guards()
+            && crate::citus::copies::is_citus_table(client, cfg.schema, Table::Alloc)?
         {
-            return Err(JobError::new(
-                PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-                format!(
-                    "leaf_alloc is a Citus table but leaf_alloc_encoding is not, so a refill of tag \"{tag}\" cannot see \
-                     what the other nodes issued: run SELECT create_reference_table('leaf_id_catalog.leaf_alloc_encoding') on the coordinator"
-                ),
-            ));
-        }
-        if history {
-            let recorded = match encoding_history(client, schema, tag)? {
-                Some(r) => Some(r),
-                None => {
-                    client
-                        .update(
-                            &sql::record_alloc_encoding(schema),
-                            None,
-                            &[tag.into(), check.into()],
-                        )
-                        .map_err(spi_err)?;
-                    // (read again: a concurrent first refill on another node
-                    // may have recorded another encoding first)
-                    encoding_history(client, schema, tag)?
-                }
-            };
-            match recorded {
-                Some((h, end)) if h == check => recorded_end = end,
-                _ => return Err(encoding_changed(tag)),
-            }
-        }
-        // Only a role that may decode the domain made the tag use it at this
-        // max_id (`leaf_opaque_grant`), or a refill of this tag wrote the
-        // grant: refused before anything is written (a tag admin's own tag,
-        // or a max_id she moved, would hand her the domain's codebook).
-        if let (Some(name), Some(d)) = (&domain_name, encoding) {
-            if !granted {
-                return Err(crate::runtime::transaction::needs_current_catalog(
-                    catalog,
-                    "an opaque tag",
-                ));
-            }
-            if recorded_grant != Some(d.grant(tag, max_id)) {
-                return Err(not_granted(tag, name, max_id));
-            }
-        }
-        // Never below what was reserved before: this server lifetime's
-        // mark, and the tag's recorded end (a max_id moved back, by hand or
-        // by replaying an old row with its grant, or a row deleted and
-        // inserted again lower, after a restart or on another Citus node).
-        let floor = reserved_end.max(recorded_end);
-        let start = if max_id < floor {
-            pgrx::warning!(
-                "leaf_id: leaf_alloc.max_id of tag \"{}\" is {}, below {} that was already reserved for it; the reservation starts at {}",
-                tag,
-                max_id,
-                floor,
-                floor
-            );
-            floor
+            Placement::Citus
         } else {
-            max_id
+            Placement::Local
         };
-        // the counter must stay inside the domain: an opaque ID is the
-        // permutation of a value below 2^bits; and at most the row's
-        // max_value (an integer column's largest, or the operator's bound)
-        let domain_limit = match encoding {
-            Some(d) if d.bits() < 63 => 1i64 << d.bits(),
-            _ => i64::MAX,
+        let recorded_end = recorded_end(client, cfg, placement, check)?;
+        check_grant(cfg, row, encoding, counts.max_id)?;
+        let bounds = Bounds {
+            reserved_end: cfg.reserved_end,
+            recorded_end,
         };
-        let value_limit = max_value.map_or(i64::MAX, |m| m.max(-1).saturating_add(1));
-        let end_limit = domain_limit.min(value_limit);
-        let room = end_limit.saturating_sub(start);
-        if room <= 0 {
-            return Err(JobError::new(
-                PgSqlErrorCode::ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED,
-                match (&domain_name, encoding) {
-                    _ if value_limit <= domain_limit && max_value.is_some() => format!(
-                        "leaf_id tag \"{tag}\" has reached its leaf_alloc.max_value ({}): no IDs are left",
-                        max_value.unwrap_or(0)
-                    ),
-                    (Some(name), Some(d)) if d.bits() < 63 => format!(
-                        "leaf_id tag \"{tag}\" has used every value of its opaque domain \"{name}\" (below 2^{}): no IDs are left",
-                        d.bits()
-                    ),
-                    _ => format!(
-                        "leaf_id tag \"{tag}\" has reached the largest bigint: no IDs are left"
-                    ),
-                },
-            ));
-        }
-        // an opaque tag's segment is a small share of a narrow domain
-        let len = step
-            .min(MAX_SEGMENT_LEN)
-            .min(room)
-            .min(encoding.map_or(i64::MAX, |d| d.max_segment()));
-        // on Citus, top this server's reserve up to leaf_id.citus_reserve
-        // segments of this step, in the same reservation
-        let citus_oid = if on_citus {
-            Some(alloc_table_oid(client, schema)?)
-        } else {
-            None
-        };
-        // a row below this server's reservations (deleted and inserted
-        // again, or moved back) voids its reserve: others may hand those
-        // IDs out now
-        let drop_kept = citus_oid.is_some_and(|oid| max_id < kept.reserved_through(tag, oid));
-        if drop_kept {
-            // written before the commit, as a take from the reserve is: a
-            // crash after the commit must not leave the file serving ranges
-            // that the moved-back row lets other nodes hand out
-            let mut dropped = kept.clone();
-            dropped.drop_tag(tag);
-            save_reserve(dboid, &dropped)?;
-            pgrx::warning!(
-                "leaf_id: the reserve of tag \"{}\" was dropped: leaf_alloc.max_id is below the ranges this server reserved (the row was moved back, or deleted and inserted again)",
-                tag
-            );
-        }
-        let target = settings::CITUS_RESERVE.get() as i64;
-        // (opaque tags keep no reserve: it hands out plain ranges)
-        let extra = match citus_oid {
-            Some(oid) if target > 0 && encoding.is_none() => {
-                let left = if drop_kept {
-                    0
-                } else {
-                    kept.remaining(tag, oid)
-                };
-                let missing = target
-                    .saturating_mul(len)
-                    .saturating_sub(left)
-                    .clamp(0, room - len);
-                (missing > 0).then_some((oid, missing))
-            }
-            _ => None,
-        };
-        let end = start + len + extra.map_or(0, |(_, n)| n);
-        // exactly this row must now say `end`: a trigger that skips or
-        // changes the update, or a rule, must not let a range be published
-        // that the table did not record
-        // the row is locked (above): every copy of it must still say
-        // `max_id`, or the statement fails (`citus::guard`; a 0.1.0 catalog has
-        // no guard function and matches in the WHERE clause)
-        let mut args = vec![tag.into(), end.into(), max_id.into()];
-        if opaque {
-            args.push(check.into());
-        }
-        if opaque && granted {
-            args.push(encoding.map(|d| d.grant(tag, end)).into());
-        }
-        let updated = client
-            .update(&sql::alloc_record_end(schema, catalog), None, &args)
-            .map_err(spi_err)?;
-        let returned: Vec<Option<i64>> = updated.map(|r| r.get::<i64>(1).ok().flatten()).collect();
-        let recorded = client
-            .select(&sql::alloc_max_id(schema), None, &[tag.into()])
-            .map_err(spi_err)?
-            .map(|r| r.get::<i64>(1).ok().flatten())
-            .collect::<Vec<_>>();
-        if returned != [Some(end)] || recorded != [Some(end)] {
-            return Err(not_recorded(
-                tag,
-                &format!(
-                    "max_id should be {end}; the update returned {returned:?}, the row has {recorded:?}"
-                ),
-            ));
-        }
-        if history {
-            // the recorded end keeps the tag above this range after a restart
-            // (a max_id moved back, a row re-created): the row must now say
-            // at least `end`, read back after the update (a trigger or rule
-            // may have skipped or lowered it, also after the update's own
-            // RETURNING would have shown it)
-            client
-                .update(
-                    &sql::record_alloc_end(schema),
-                    None,
-                    &[tag.into(), end.into()],
-                )
-                .map_err(spi_err)?;
-            let stored = encoding_history(client, schema, tag)?.map(|(_, e)| e);
-            if stored.is_none_or(|e| e < end) {
-                return Err(end_not_recorded(tag, end, stored));
-            }
-        }
-        Ok(Reserved {
-            start,
-            len,
+        let plan = plan_segment(&PlanInput {
+            counts,
             step,
-            table_step,
-            end,
-            extra: extra.map(|(oid, _)| (oid, (start + len, end))),
-            drop_kept,
+            bounds,
+            max_value: row.max_value,
             encoding,
-            draw_role,
+        });
+        if let Start::RaisedToFloor(floor) = plan.start {
+            warn_raised(cfg.tag, counts.max_id, floor);
+        }
+        let segment = plan
+            .segment
+            .map_err(|why| no_room(cfg.tag, row.opaque_domain.as_deref(), why))?;
+        let range = segment.range(citus_reserve(client, cfg, placement)?);
+        if range.drop_kept {
+            drop_reserve(cfg)?;
+        }
+        record_range(client, cfg, &range, counts.max_id, encoding)?;
+        Ok(Reserved {
+            start: range.start,
+            len: range.len,
+            step: range.step,
+            table_step: counts.table_step,
+            end: range.end,
+            extra: range.extra,
+            drop_kept: range.drop_kept,
+            encoding,
+            draw_role: locked.draw_role,
         })
     })
+}
+
+/// The refusal of a row whose step or max_id cannot be refilled.
+fn bad_row(tag: &str, bad: BadRow) -> JobError {
+    JobError::new(
+        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+        match bad {
+            BadRow::StepBelowOne(step) => {
+                format!("leaf_alloc.step of tag \"{tag}\" is {step}; it must be at least 1")
+            }
+            BadRow::NegativeMaxId(max_id) => {
+                format!("leaf_alloc.max_id of tag \"{tag}\" is {max_id}; it must not be negative")
+            }
+        },
+    )
+}
+
+/// The end of everything any server reserved for the tag, kept when its
+/// row is deleted and across restarts (`leaf_alloc_encoding`; 0 before
+/// catalog 0.5.0); the tag's first refill records its encoding there. The
+/// tag must have issued under `check`.
+fn recorded_end(
+    client: &mut pgrx::spi::SpiClient<'_>,
+    cfg: &RefillConfig<'_>,
+    placement: Placement,
+    check: i64,
+) -> Result<i64, JobError> {
+    let (schema, tag) = (cfg.schema, cfg.tag);
+    if !cfg.catalog.has_grants_and_history() {
+        return Ok(0);
+    }
+    // on Citus it must be one table for every node (a reference table,
+    // as leaf_alloc): a node's own would not know what the others
+    // issued under, and let a tag change its encoding there
+    if placement == Placement::Citus
+        && !crate::citus::copies::is_citus_table(client, schema, Table::AllocEncoding)?
+    {
+        return Err(JobError::new(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!(
+                "leaf_alloc is a Citus table but leaf_alloc_encoding is not, so a refill of tag \"{tag}\" cannot see \
+                 what the other nodes issued: run SELECT create_reference_table('leaf_id_catalog.leaf_alloc_encoding') on the coordinator"
+            ),
+        ));
+    }
+    let recorded = match encoding_history(client, schema, tag)? {
+        Some(r) => Some(r),
+        None => {
+            client
+                .update(
+                    &sql::record_alloc_encoding(schema),
+                    None,
+                    &[tag.into(), check.into()],
+                )
+                .map_err(spi_err)?;
+            // (read again: a concurrent first refill on another node
+            // may have recorded another encoding first)
+            encoding_history(client, schema, tag)?
+        }
+    };
+    match recorded {
+        Some((h, end)) if h == check => Ok(end),
+        _ => Err(encoding_changed(tag)),
+    }
+}
+
+/// Only a role that may decode the domain made the tag use it at this
+/// max_id (`leaf_opaque_grant`), or a refill of this tag wrote the grant:
+/// refused before anything is written (a tag admin's own tag, or a max_id
+/// she moved, would hand her the domain's codebook).
+fn check_grant(
+    cfg: &RefillConfig<'_>,
+    row: &TagRow,
+    encoding: Option<Domain>,
+    max_id: i64,
+) -> Result<(), JobError> {
+    let (Some(name), Some(d)) = (&row.opaque_domain, encoding) else {
+        return Ok(());
+    };
+    if !cfg.catalog.has_grants_and_history() {
+        return Err(crate::runtime::transaction::needs_current_catalog(
+            cfg.catalog,
+            "an opaque tag",
+        ));
+    }
+    if row.opaque_grant != Some(d.grant(cfg.tag, max_id)) {
+        return Err(not_granted(cfg.tag, name, max_id));
+    }
+    Ok(())
+}
+
+/// Never below what was reserved before: this server lifetime's mark, and
+/// the tag's recorded end (a max_id moved back, by hand or by replaying an
+/// old row with its grant, or a row deleted and inserted again lower, after
+/// a restart or on another Citus node).
+fn warn_raised(tag: &str, max_id: i64, floor: i64) {
+    pgrx::warning!(
+        "leaf_id: leaf_alloc.max_id of tag \"{}\" is {}, below {} that was already reserved for it; the reservation starts at {}",
+        tag,
+        max_id,
+        floor,
+        floor
+    );
+}
+
+/// The refusal of a refill with no room left below the tag's limit.
+fn no_room(tag: &str, domain_name: Option<&str>, why: NoRoom) -> JobError {
+    JobError::new(
+        PgSqlErrorCode::ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED,
+        match (why, domain_name) {
+            (NoRoom::MaxValue(max_value), _) => format!(
+                "leaf_id tag \"{tag}\" has reached its leaf_alloc.max_value ({max_value}): no IDs are left"
+            ),
+            (NoRoom::Domain { bits }, Some(name)) => format!(
+                "leaf_id tag \"{tag}\" has used every value of its opaque domain \"{name}\" (below 2^{bits}): no IDs are left"
+            ),
+            _ => format!("leaf_id tag \"{tag}\" has reached the largest bigint: no IDs are left"),
+        },
+    )
+}
+
+/// On Citus, this server's reserve, topped up to leaf_id.citus_reserve
+/// segments of this step in the same reservation.
+fn citus_reserve<'a>(
+    client: &mut pgrx::spi::SpiClient<'_>,
+    cfg: &RefillConfig<'a>,
+    placement: Placement,
+) -> Result<Option<CitusReserve<'a>>, JobError> {
+    if placement == Placement::Local {
+        return Ok(None);
+    }
+    Ok(Some(CitusReserve {
+        oid: alloc_table_oid(client, cfg.schema)?,
+        kept: cfg.kept,
+        tag: cfg.tag,
+        target: settings::CITUS_RESERVE.get() as i64,
+    }))
+}
+
+/// Drop the tag's reserve: its row is below this server's reservations.
+/// Written before the commit, as a take from the reserve is: a crash after
+/// the commit must not leave the file serving ranges that the moved-back
+/// row lets other nodes hand out.
+fn drop_reserve(cfg: &RefillConfig<'_>) -> Result<(), JobError> {
+    let mut dropped = cfg.kept.clone();
+    dropped.drop_tag(cfg.tag);
+    save_reserve(cfg.dboid, &dropped)?;
+    pgrx::warning!(
+        "leaf_id: the reserve of tag \"{}\" was dropped: leaf_alloc.max_id is below the ranges this server reserved (the row was moved back, or deleted and inserted again)",
+        cfg.tag
+    );
+    Ok(())
+}
+
+/// Record the range: the row's max_id becomes its end, read back, and from
+/// catalog 0.5.0 on the tag's recorded end too.
+fn record_range(
+    client: &mut pgrx::spi::SpiClient<'_>,
+    cfg: &RefillConfig<'_>,
+    range: &Range,
+    max_id: i64,
+    encoding: Option<Domain>,
+) -> Result<(), JobError> {
+    let (schema, tag, end) = (cfg.schema, cfg.tag, range.end);
+    let (opaque, granted) = (
+        cfg.catalog.has_opaque(),
+        cfg.catalog.has_grants_and_history(),
+    );
+    // exactly this row must now say `end`: a trigger that skips or
+    // changes the update, or a rule, must not let a range be published
+    // that the table did not record
+    // the row is locked (above): every copy of it must still say
+    // `max_id`, or the statement fails (`citus::guard`; a 0.1.0 catalog has
+    // no guard function and matches in the WHERE clause)
+    let mut args = vec![tag.into(), end.into(), max_id.into()];
+    if opaque {
+        args.push(encoding.map_or(0, |d| d.fingerprint()).into());
+    }
+    if opaque && granted {
+        args.push(encoding.map(|d| d.grant(tag, end)).into());
+    }
+    let updated = client
+        .update(&sql::alloc_record_end(schema, cfg.catalog), None, &args)
+        .map_err(spi_err)?;
+    let returned: Vec<Option<i64>> = updated.map(|r| r.get::<i64>(1).ok().flatten()).collect();
+    let recorded = client
+        .select(&sql::alloc_max_id(schema), None, &[tag.into()])
+        .map_err(spi_err)?
+        .map(|r| r.get::<i64>(1).ok().flatten())
+        .collect::<Vec<_>>();
+    if returned != [Some(end)] || recorded != [Some(end)] {
+        return Err(not_recorded(
+            tag,
+            &format!(
+                "max_id should be {end}; the update returned {returned:?}, the row has {recorded:?}"
+            ),
+        ));
+    }
+    if granted {
+        record_history_end(client, schema, tag, end)?;
+    }
+    Ok(())
+}
+
+/// The recorded end keeps the tag above this range after a restart (a
+/// max_id moved back, a row re-created): the row must now say at least
+/// `end`, read back after the update (a trigger or rule may have skipped or
+/// lowered it, also after the update's own RETURNING would have shown it).
+fn record_history_end(
+    client: &mut pgrx::spi::SpiClient<'_>,
+    schema: &Schema,
+    tag: &str,
+    end: i64,
+) -> Result<(), JobError> {
+    client
+        .update(
+            &sql::record_alloc_end(schema),
+            None,
+            &[tag.into(), end.into()],
+        )
+        .map_err(spi_err)?;
+    let stored = encoding_history(client, schema, tag)?.map(|(_, e)| e);
+    if stored.is_none_or(|e| e < end) {
+        return Err(end_not_recorded(tag, end, stored));
+    }
+    Ok(())
 }
 
 /// The opaque domain a tag names: its width and key.
@@ -533,7 +629,7 @@ pub(crate) fn take_from_reserve(
             Ok((start, len)) => {
                 save_reserve(dboid, kept)?;
                 // (no transaction records it)
-                remember_reserved(dboid, tag, start + len, false)?;
+                remember_reserved(dboid, tag, start + len, Durability::MarkOnly)?;
                 Ok(Some(Reserved {
                     start,
                     len,
@@ -618,15 +714,36 @@ pub(crate) fn save_tuned_step(tag: &str, step: i64) {
     }
 }
 
+/// Whether the transaction of a reservation also records its end in the
+/// tag's `leaf_alloc_encoding` row (`Shared::record_reserved`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Durability {
+    /// It does (catalog 0.5.0 on).
+    Recorded,
+    /// Only shared memory keeps it (older catalogs, and the Citus reserve,
+    /// which has no transaction).
+    MarkOnly,
+}
+
+impl Durability {
+    /// What a refill through `leaf_alloc` on this catalog records.
+    pub(crate) fn of(catalog: Catalog) -> Durability {
+        if catalog.has_grants_and_history() {
+            Durability::Recorded
+        } else {
+            Durability::MarkOnly
+        }
+    }
+}
+
 /// Record the end of a reservation in shared memory (inside its transaction).
-/// `durable`: the transaction also records `end` in the tag's
-/// `leaf_alloc_encoding` row (`Shared::record_reserved`).
 pub(crate) fn remember_reserved(
     dboid: u32,
     tag: &str,
     end: i64,
-    durable: bool,
+    durability: Durability,
 ) -> Result<(), JobError> {
+    let durable = durability == Durability::Recorded;
     let sh = shared().expect("shared memory");
     if sh.record_reserved(dboid, tag, end, durable).is_ok()
         || (sh.forget_marks_of_dropped_databases(database_exists)
