@@ -262,6 +262,256 @@ pub fn claim_floor(row_mark: i64, kept: Option<(i64, i64)>) -> i64 {
     }
 }
 
+/// What a claim reads once, before its tries: everything `plan_step` needs
+/// besides one try's registry rows and clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimSettings {
+    pub node: String,
+    /// This server lifetime's owner token.
+    pub token: i64,
+    /// The id from the setting, or None to take one.
+    pub configured: Option<i64>,
+    /// Ids other databases of this server issue with.
+    pub used_here: Vec<i64>,
+    /// The id released from under this server (`plan`).
+    pub avoid: Option<i64>,
+    /// Ids other databases of this server are configured with.
+    pub kept_for_others: Vec<i64>,
+}
+
+/// One try of a claim: the registry read with a fresh snapshot, and the
+/// clock just after.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimInput<'a> {
+    pub settings: &'a ClaimSettings,
+    pub rows: &'a [RegistryRow],
+    pub now_ms: i64,
+}
+
+/// What one try of a claim does with the registry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimStep {
+    /// This server lifetime holds the row already: write nothing.
+    Keep(i64),
+    /// This node's row without a holder that can still issue: take it back
+    /// (`OwnRow::TakeBack`); a row gone meanwhile means plan again.
+    TakeBack(RegistryRow),
+    /// This node's row with another token's live lease: watch it until the
+    /// lease ends, then take it back; a change means a live holder (refused).
+    WatchThenTakeBack { row: RegistryRow, until_ms: i64 },
+    /// Take an id this node owns no row of; lost to another node: plan again.
+    Take(Take),
+    /// Release this node's row `release` (ending a passed lease on every
+    /// copy first when `ends` says so), then take `take`.
+    Move {
+        release: RegistryRow,
+        ends: EndsLease,
+        take: Take,
+        lost: IfLost,
+        /// The time the release is made at (the one `own_row` judged by).
+        at_ms: i64,
+    },
+    /// No id for this node: the error to raise.
+    Refuse(Refusal),
+}
+
+/// Whether a release ends another server's (passed) lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndsLease {
+    /// The row is this server lifetime's own.
+    Own,
+    /// The row's holder can no longer issue (`OwnRow::TakeBack`).
+    Passed,
+}
+
+/// What a `Move` does when another node takes its id first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IfLost {
+    /// An id from the registry: read it and plan again.
+    PlanAgain,
+    /// The configured id: refused (55P03).
+    Refuse,
+}
+
+/// Why a claim is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The configured id belongs to another node.
+    OwnedByOther { worker_id: i64, owner: String },
+    /// Another database of this server issues with the id.
+    UsedByOtherDatabase(i64),
+    /// Every id is owned.
+    Full,
+    /// This node's row to release has another token's live lease.
+    HeldByLiveServer(i64),
+}
+
+/// The step of one try: `plan_keeping`, then, for this node's own row,
+/// `own_row` at `now_ms`.
+pub fn plan_step(input: &ClaimInput) -> ClaimStep {
+    let s = input.settings;
+    let row_of = |id: i64| {
+        input
+            .rows
+            .iter()
+            .find(|r| r.worker_id == id)
+            .expect("planned from rows")
+            .clone()
+    };
+    let plan = plan_keeping(
+        input.rows,
+        &s.node,
+        s.configured,
+        &s.used_here,
+        s.avoid,
+        &s.kept_for_others,
+    );
+    match plan {
+        ClaimPlan::Reuse(id) => reuse_step(row_of(id), s.token, input.now_ms),
+        ClaimPlan::Take(t) => ClaimStep::Take(t),
+        ClaimPlan::Move { release, take } => {
+            move_step(row_of(release), take, s.token, input.now_ms, s.configured)
+        }
+        ClaimPlan::OwnedByOther { worker_id, owner } => {
+            ClaimStep::Refuse(Refusal::OwnedByOther { worker_id, owner })
+        }
+        ClaimPlan::UsedByOtherDatabase(id) => ClaimStep::Refuse(Refusal::UsedByOtherDatabase(id)),
+        ClaimPlan::Full => ClaimStep::Refuse(Refusal::Full),
+    }
+}
+
+fn reuse_step(row: RegistryRow, token: i64, now_ms: i64) -> ClaimStep {
+    match own_row(&row, token, now_ms) {
+        OwnRow::Mine => ClaimStep::Keep(row.worker_id),
+        OwnRow::TakeBack => ClaimStep::TakeBack(row),
+        OwnRow::LeaseLive { until_ms } => ClaimStep::WatchThenTakeBack { row, until_ms },
+    }
+}
+
+/// Keep the old id's row and mark for whoever takes it next: only this
+/// server's, or one whose holder can no longer issue (as for a take-back).
+fn move_step(
+    release: RegistryRow,
+    take: Take,
+    token: i64,
+    now_ms: i64,
+    configured: Option<i64>,
+) -> ClaimStep {
+    let ends = match own_row(&release, token, now_ms) {
+        OwnRow::Mine => EndsLease::Own,
+        OwnRow::TakeBack => EndsLease::Passed,
+        OwnRow::LeaseLive { .. } => {
+            return ClaimStep::Refuse(Refusal::HeldByLiveServer(release.worker_id));
+        }
+    };
+    let lost = match configured {
+        None => IfLost::PlanAgain,
+        Some(_) => IfLost::Refuse,
+    };
+    ClaimStep::Move {
+        release,
+        ends,
+        take,
+        lost,
+        at_ms: now_ms,
+    }
+}
+
+/// Whether a claim wrote `leaf_worker` (through Citus: every copy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wrote {
+    Nothing,
+    Registry,
+}
+
+impl Wrote {
+    pub fn or(self, other: Wrote) -> Wrote {
+        match (self, other) {
+            (Wrote::Nothing, Wrote::Nothing) => Wrote::Nothing,
+            _ => Wrote::Registry,
+        }
+    }
+}
+
+/// Where `leaf_worker` is: a plain table, or a Citus reference table with
+/// or without a copy on this node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegistryCopies {
+    Plain,
+    CitusWithOwnCopy,
+    CitusElsewhere,
+}
+
+/// The marks a claim reads after its write, beside the row's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MarkReads {
+    /// This node's own copy (read without Citus).
+    pub own_copy: bool,
+    /// Every other copy (a claim that wrote them all reads them all).
+    pub other_copies: bool,
+}
+
+pub fn mark_reads(copies: RegistryCopies, wrote: Wrote) -> MarkReads {
+    MarkReads {
+        own_copy: copies == RegistryCopies::CitusWithOwnCopy,
+        other_copies: copies != RegistryCopies::Plain && wrote == Wrote::Registry,
+    }
+}
+
+/// What a claim took, and the floors its write gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Took {
+    pub worker_id: i64,
+    pub wrote: Wrote,
+    /// The time of a take-back from another token (its lease end): 0 if none.
+    pub taken_at: i64,
+    /// A taken row's floor from the clock (`taken_row_floor`): 0 if none.
+    pub released_at: i64,
+}
+
+/// The marks a claim read: the row's (moved to the current epoch), and
+/// those `mark_reads` asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MarksRead {
+    pub row: i64,
+    pub own_copy: Option<i64>,
+    pub other_copies: Option<i64>,
+}
+
+/// Where a claim continues from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Continue {
+    /// The persisted floor: never below a mark read.
+    pub mark: i64,
+    /// Whether the generator waits for the clock to pass a taken row's
+    /// floor (on Citus, a released or inserted row).
+    pub waits: Waits,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waits {
+    No,
+    ForRelease,
+}
+
+/// The mark a claim continues from: every mark read, a takeover's time,
+/// and, where every copy was read (Citus, written), a taken row's floor
+/// from the clock, which the generator then waits for.
+pub fn continue_from(marks: &MarksRead, took: &Took) -> Continue {
+    let mut mark = marks.row.max(marks.own_copy.unwrap_or(marks.row));
+    let mut waits = Waits::No;
+    if let Some(other) = marks.other_copies {
+        mark = mark.max(other).max(took.released_at);
+        if took.released_at > 0 {
+            waits = Waits::ForRelease;
+        }
+    }
+    Continue {
+        mark: mark.max(took.taken_at),
+        waits,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -539,5 +789,303 @@ mod tests {
         assert_eq!(floor_for_epoch(mark, Some(0), epoch), Ok(mark + epoch));
         assert_eq!(floor_for_epoch(mark, Some(mark), epoch), Ok(epoch));
         assert_eq!(floor_for_epoch(i64::MAX, Some(0), epoch), Ok(i64::MAX));
+    }
+}
+
+/// The claim's plan as properties over random registries (a small xorshift:
+/// the crate takes no property-testing dependency).
+#[cfg(test)]
+mod plan_properties {
+    use super::*;
+
+    /// Random inputs per property.
+    const CASES: usize = 20_000;
+    const SEED: u64 = 0x9E37_79B9_7F4A_7C15;
+    /// Ids a random registry uses (a few, so that rows, settings and the
+    /// ids of other databases collide often).
+    const FEW_IDS: u64 = 6;
+    /// One registry in this many is full (every id owned).
+    const FULL_ONE_IN: u64 = 40;
+    const NODE: &str = "a";
+    const OTHER_NODES: [&str; 3] = ["b", "c", "d"];
+    const MY_TOKEN: i64 = 1;
+    const TOKENS: u64 = 3;
+    const NOW_MS: i64 = 1_000_000;
+    /// Marks and lease ends lie within this many ms of `NOW_MS`.
+    const MARK_SPREAD: i64 = 5;
+    const ANY_MARK: u64 = 2_000_000;
+
+    struct XorShift(u64);
+
+    impl XorShift {
+        fn next(&mut self) -> u64 {
+            let mut x = self.0;
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            self.0 = x;
+            x
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+        fn one_in(&mut self, n: u64) -> bool {
+            self.below(n) == 0
+        }
+        fn maybe<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> Option<T> {
+            if self.one_in(2) { None } else { Some(f(self)) }
+        }
+        fn id(&mut self) -> i64 {
+            self.below(FEW_IDS) as i64
+        }
+        fn ids(&mut self) -> Vec<i64> {
+            (0..FEW_IDS as i64)
+                .filter(|_| self.one_in(FEW_IDS))
+                .collect()
+        }
+        fn near_now(&mut self) -> i64 {
+            NOW_MS - MARK_SPREAD + self.below(2 * MARK_SPREAD as u64 + 1) as i64
+        }
+    }
+
+    fn random_row(g: &mut XorShift, worker_id: i64, node_name: String) -> RegistryRow {
+        RegistryRow {
+            worker_id,
+            node_name,
+            owner_token: g.maybe(|g| 1 + g.below(TOKENS) as i64),
+            mark: g.maybe(XorShift::near_now),
+        }
+    }
+
+    /// A registry as its unique keys allow: one row per id, one per node.
+    fn random_rows(g: &mut XorShift) -> Vec<RegistryRow> {
+        if g.one_in(FULL_ONE_IN) {
+            return (0..=MAX_WORKER_ID)
+                .map(|i| random_row(g, i, format!("n{i}")))
+                .collect();
+        }
+        let mut names: Vec<&str> = std::iter::once(NODE).chain(OTHER_NODES).collect();
+        let mut rows = Vec::new();
+        for id in 0..FEW_IDS as i64 {
+            if g.one_in(2) {
+                continue;
+            }
+            let name = if names.is_empty() || g.one_in(3) {
+                released_name(id)
+            } else {
+                names
+                    .swap_remove(g.below(names.len() as u64) as usize)
+                    .to_string()
+            };
+            rows.push(random_row(g, id, name));
+        }
+        rows
+    }
+
+    fn random_settings(g: &mut XorShift) -> ClaimSettings {
+        ClaimSettings {
+            node: NODE.to_string(),
+            token: MY_TOKEN,
+            configured: g.maybe(XorShift::id),
+            used_here: g.ids(),
+            avoid: g.maybe(XorShift::id),
+            kept_for_others: g.ids(),
+        }
+    }
+
+    /// The id a step takes (or keeps), if any.
+    fn taken(step: &ClaimStep) -> Option<i64> {
+        match step {
+            ClaimStep::Keep(id) => Some(*id),
+            ClaimStep::TakeBack(row) | ClaimStep::WatchThenTakeBack { row, .. } => {
+                Some(row.worker_id)
+            }
+            ClaimStep::Take(t) | ClaimStep::Move { take: t, .. } => Some(t.id()),
+            ClaimStep::Refuse(_) => None,
+        }
+    }
+
+    /// A row whose holder may still issue: another token's lease not passed.
+    fn live_other_lease(row: &RegistryRow) -> bool {
+        matches!(own_row(row, MY_TOKEN, NOW_MS), OwnRow::LeaseLive { .. })
+    }
+
+    /// Checks one input's step; Err says which property broke.
+    fn check_step(s: &ClaimSettings, rows: &[RegistryRow], step: &ClaimStep) -> Result<(), String> {
+        let row_of = |id: i64| rows.iter().find(|r| r.worker_id == id);
+        if let Some(id) = taken(step) {
+            if s.used_here.contains(&id) {
+                return Err(format!("takes {id}, which another database issues with"));
+            }
+            if let Some(r) = row_of(id).filter(|r| r.node_name != s.node && !r.released()) {
+                return Err(format!("takes {id}, owned by node {:?}", r.node_name));
+            }
+            if s.configured.is_some_and(|c| c != id) {
+                return Err(format!("takes {id}, not the configured id"));
+            }
+        }
+        match step {
+            ClaimStep::Keep(id) if row_of(*id).and_then(|r| r.owner_token) != Some(s.token) => {
+                Err(format!("keeps {id} without holding it"))
+            }
+            ClaimStep::TakeBack(row)
+                if live_other_lease(row) || row.owner_token == Some(s.token) =>
+            {
+                Err(format!("takes {row:?} back from a live owner"))
+            }
+            ClaimStep::WatchThenTakeBack { row, until_ms } if row.mark != Some(*until_ms) => {
+                Err(format!("watches {row:?} to {until_ms}, not its lease end"))
+            }
+            ClaimStep::Move { release, .. } if live_other_lease(release) => {
+                Err(format!("releases {release:?} under a live owner"))
+            }
+            ClaimStep::Move { release, ends, .. }
+                if (*ends == EndsLease::Own) != (release.owner_token == Some(s.token)) =>
+            {
+                Err(format!("releases {release:?} as {ends:?}"))
+            }
+            ClaimStep::Take(Take::Insert(id)) if row_of(*id).is_some() => {
+                Err(format!("inserts {id}, which has a row"))
+            }
+            ClaimStep::Take(Take::TakeOver(id)) if !row_of(*id).is_some_and(|r| r.released()) => {
+                Err(format!("takes over {id}, which has no released row"))
+            }
+            _ => check_registry_claim(s, rows, step),
+        }
+    }
+
+    /// A claim from the registry: never an id kept for another database
+    /// (unless the node's own), the avoided id only if no other is free,
+    /// refused as full only when no id is.
+    fn check_registry_claim(
+        s: &ClaimSettings,
+        rows: &[RegistryRow],
+        step: &ClaimStep,
+    ) -> Result<(), String> {
+        if s.configured.is_some() {
+            return Ok(());
+        }
+        let free = |id: &i64| {
+            !rows.iter().any(|r| r.worker_id == *id && !r.released())
+                && !s.used_here.contains(id)
+                && !s.kept_for_others.contains(id)
+        };
+        let other_free = (0..=MAX_WORKER_ID).any(|id| free(&id) && Some(id) != s.avoid);
+        match step {
+            ClaimStep::Take(t) | ClaimStep::Move { take: t, .. } => {
+                if !free(&t.id()) {
+                    return Err(format!("takes {}, which is not free", t.id()));
+                }
+                if Some(t.id()) == s.avoid && other_free {
+                    return Err(format!("takes the avoided {}, another is free", t.id()));
+                }
+                Ok(())
+            }
+            ClaimStep::Refuse(Refusal::Full) if other_free || s.avoid.is_some_and(|a| free(&a)) => {
+                Err("refused as full with a free id".to_string())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn first_broken(plan: impl Fn(&ClaimInput) -> ClaimStep) -> Option<String> {
+        let mut g = XorShift(SEED);
+        (0..CASES).find_map(|_| {
+            let settings = random_settings(&mut g);
+            let rows = random_rows(&mut g);
+            let input = ClaimInput {
+                settings: &settings,
+                rows: &rows,
+                now_ms: NOW_MS,
+            };
+            let step = plan(&input);
+            check_step(&settings, &rows, &step)
+                .err()
+                .map(|e| format!("{e}: {settings:?} {rows:?} -> {step:?}"))
+        })
+    }
+
+    #[test]
+    fn a_claim_never_takes_an_id_held_by_another_live_owner() {
+        if let Some(broken) = first_broken(plan_step) {
+            panic!("{broken}");
+        }
+    }
+
+    /// The check catches a plan that takes a row back under a live lease
+    /// (`OwnRow::LeaseLive` treated as `TakeBack`).
+    #[test]
+    fn the_check_catches_a_take_back_under_a_live_lease() {
+        let broken = |input: &ClaimInput| match plan_step(input) {
+            ClaimStep::WatchThenTakeBack { row, .. } => ClaimStep::TakeBack(row),
+            step => step,
+        };
+        assert!(first_broken(broken).is_some());
+    }
+
+    fn random_took(g: &mut XorShift) -> Took {
+        Took {
+            worker_id: g.id(),
+            wrote: if g.one_in(2) {
+                Wrote::Nothing
+            } else {
+                Wrote::Registry
+            },
+            taken_at: g.maybe(|g| g.below(ANY_MARK) as i64).unwrap_or(0),
+            released_at: g.maybe(|g| g.below(ANY_MARK) as i64).unwrap_or(0),
+        }
+    }
+
+    const SHAPES: [RegistryCopies; 3] = [
+        RegistryCopies::Plain,
+        RegistryCopies::CitusWithOwnCopy,
+        RegistryCopies::CitusElsewhere,
+    ];
+
+    #[test]
+    fn a_claim_never_continues_below_a_mark_it_read() {
+        let mut g = XorShift(SEED);
+        for _ in 0..CASES {
+            let shape = SHAPES[g.below(SHAPES.len() as u64) as usize];
+            let took = random_took(&mut g);
+            let reads = mark_reads(shape, took.wrote);
+            let row = g.below(ANY_MARK) as i64;
+            let mut read = |wanted: bool| wanted.then(|| g.below(ANY_MARK) as i64);
+            let marks = MarksRead {
+                row,
+                own_copy: read(reads.own_copy),
+                other_copies: read(reads.other_copies),
+            };
+            let from = continue_from(&marks, &took);
+            let read_marks = [Some(marks.row), marks.own_copy, marks.other_copies];
+            for m in read_marks.into_iter().flatten() {
+                assert!(from.mark >= m, "{from:?} below {m}: {marks:?} {took:?}");
+            }
+            // a take-back continues above the time it ended the lease
+            assert!(from.mark >= took.taken_at, "{from:?} {took:?}");
+            // on Citus, a claim that wrote the registry reads every copy,
+            // starts above a taken row's floor and waits for it
+            let citus_write = shape != RegistryCopies::Plain && took.wrote == Wrote::Registry;
+            assert_eq!(reads.other_copies, citus_write, "{shape:?} {took:?}");
+            assert_eq!(reads.own_copy, shape == RegistryCopies::CitusWithOwnCopy);
+            if citus_write {
+                assert!(from.mark >= took.released_at, "{from:?} {took:?}");
+            }
+            let waits = citus_write && took.released_at > 0;
+            assert_eq!(from.waits == Waits::ForRelease, waits, "{from:?} {took:?}");
+        }
+    }
+
+    /// A try that wrote the registry (a release before a lost take) keeps
+    /// counting as written for the claim.
+    #[test]
+    fn a_write_is_never_forgotten_across_tries() {
+        let all = [Wrote::Nothing, Wrote::Registry];
+        for a in all {
+            for b in all {
+                let written = a == Wrote::Registry || b == Wrote::Registry;
+                assert_eq!(a.or(b) == Wrote::Registry, written);
+            }
+        }
     }
 }

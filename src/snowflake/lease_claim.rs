@@ -16,7 +16,10 @@ use crate::runtime::job::{JobError, spi_err};
 use crate::runtime::shmem::shared;
 use crate::runtime::worker_sql::{self as sql, Schema};
 use crate::settings;
-use crate::snowflake::claim::{self, ClaimPlan, OwnRow, RegistryRow, Take};
+use crate::snowflake::claim::{
+    self, ClaimInput, ClaimSettings, ClaimStep, Continue, EndsLease, IfLost, MarksRead, Refusal,
+    RegistryCopies, RegistryRow, Take, Took, Waits, Wrote,
+};
 use crate::snowflake::layout::MAX_WORKER_ID;
 use crate::snowflake::lease_renew::{lease_ahead, persist};
 use pgrx::prelude::*;
@@ -90,6 +93,17 @@ fn used_by_other_databases(db: usize) -> Vec<i64> {
         .collect()
 }
 
+/// What a claim reads once, before its tries.
+struct ClaimContext<'a> {
+    schema: &'a Schema,
+    catalog: Catalog,
+    db: usize,
+    /// `leaf_id.lease_ahead`.
+    ahead: i64,
+    /// The plan's settings (`kept_for_others` is read in the transaction).
+    settings: ClaimSettings,
+}
+
 /// Claim (or re-take) this node's worker id and persist a first mark. The
 /// generator is closed (`SnowflakeJobs::claim`). `avoid`: the id released
 /// from under this server, taken from the registry only if no other is free
@@ -107,7 +121,6 @@ pub fn claim(
         ));
     }
     let sh = shared().expect("shared memory");
-    let slot = sh.db(db);
     let token = sh.owner_token();
     let node = settings::node_name();
     let configured = configured_worker_id();
@@ -116,221 +129,309 @@ pub fn claim(
     // until reclaimed; with idle workers, DROP DATABASE needs no FORCE)
     crate::runtime::backend::reclaim_dropped_databases(sh);
     let used_here = used_by_other_databases(db);
-    // whether the claim wrote leaf_worker (through Citus: every copy), and
-    // the time of a takeover from another token (the new floor)
-    let mut wrote_registry = false;
-    let mut taken_at = 0;
-    // a taken row's floor from the clock (`taken_row_floor`), used on Citus
-    let mut released_at = 0;
-    let mut waits_for_release = false;
-    let (worker_id, persisted) = Spi::connect_mut(|client| {
-        let kept_for_others = match configured {
+    let cx = ClaimContext {
+        schema,
+        catalog,
+        db,
+        ahead,
+        settings: ClaimSettings {
+            node,
+            token,
+            configured,
+            used_here,
+            avoid,
+            kept_for_others: Vec::new(),
+        },
+    };
+    let (took, from) = Spi::connect_mut(|client| claim_in_spi(client, &cx))?;
+    finish_claim(cx, &took, from)
+}
+
+/// The claim's transaction: plan and record tries until one takes an id,
+/// then read the marks it continues from.
+fn claim_in_spi(client: &mut SpiClient, cx: &ClaimContext) -> Result<(Took, Continue), JobError> {
+    let settings = ClaimSettings {
+        kept_for_others: match cx.settings.configured {
             None => configured_for_other_databases(client)?,
             Some(_) => Vec::new(),
+        },
+        ..cx.settings.clone()
+    };
+    // a try that released a row and then lost its new id wrote the registry
+    let mut wrote_before = Wrote::Nothing;
+    for _attempt in 0..CLAIM_TRIES {
+        let rows = registry(client, cx.schema)?;
+        let input = ClaimInput {
+            settings: &settings,
+            rows: &rows,
+            now_ms: clock_ms(),
         };
-        for _attempt in 0..CLAIM_TRIES {
-            let rows = registry(client, schema)?;
-            let take = |client: &mut SpiClient, take: Take| -> Result<bool, JobError> {
-                let got = match take {
-                    Take::Insert(id) => client.update(
-                        &sql::worker_insert(schema),
-                        None,
-                        &[(id as i32).into(), node.as_str().into(), token.into()],
-                    ),
-                    Take::TakeOver(id) => client.update(
-                        &sql::worker_take_released(schema),
-                        None,
-                        &[
-                            (id as i32).into(),
-                            node.as_str().into(),
-                            claim::released_name(id).as_str().into(),
-                            token.into(),
-                        ],
-                    ),
+        match record_step(client, cx, claim::plan_step(&input))? {
+            Tried::Lost(wrote) => wrote_before = wrote_before.or(wrote),
+            Tried::Took(took) => {
+                let took = Took {
+                    wrote: took.wrote.or(wrote_before),
+                    ..took
                 };
-                Ok(!got.map_err(spi_err)?.is_empty())
-            };
-            let id = match claim::plan_keeping(
-                &rows,
-                &node,
-                configured,
-                &used_here,
-                avoid,
-                &kept_for_others,
-            ) {
-                ClaimPlan::Reuse(id) => {
-                    let row = rows
-                        .iter()
-                        .find(|r| r.worker_id == id)
-                        .expect("planned from rows");
-                    match claim::own_row(row, token, clock_ms()) {
-                        OwnRow::Mine => id,
-                        OwnRow::TakeBack => {
-                            let now = clock_ms();
-                            if !take_back(client, schema, row, token, now)? {
-                                continue; // the row is gone meanwhile: plan again
-                            }
-                            wrote_registry = true;
-                            if row.owner_token.is_some() {
-                                taken_at = now;
-                            }
-                            id
-                        }
-                        OwnRow::LeaseLive { until_ms } => {
-                            // this server before a crash, or a live copy of
-                            // it: a live holder renews every heartbeat
-                            // interval (a slow job of its worker may delay
-                            // that by a lock_timeout), so watch the row
-                            // until its lease passes or for that long
-                            let watch_end = (until_ms + 1).min(
-                                clock_ms()
-                                    + 2 * settings::HEARTBEAT_INTERVAL.get() as i64
-                                    + WORKER_LOCK_TIMEOUT_MS,
-                            );
-                            // a row that changed, while watched or before
-                            // the take-back, has a live holder
-                            if !row_unchanged_until(client, schema, row, watch_end)? {
-                                return Err(held_by_live_server(id, &node));
-                            }
-                            let now = clock_ms();
-                            if !take_back(client, schema, row, token, now)? {
-                                return Err(held_by_live_server(id, &node));
-                            }
-                            wrote_registry = true;
-                            taken_at = now;
-                            id
-                        }
-                    }
-                }
-                ClaimPlan::Take(t) => {
-                    if !take(client, t)? {
-                        continue; // another node took it first: plan again
-                    }
-                    wrote_registry = true;
-                    released_at = taken_row_floor(ahead);
-                    t.id()
-                }
-                ClaimPlan::Move { release, take: t } => {
-                    wrote_registry = true;
-                    // keep the old id's row and mark for whoever takes it next;
-                    // only this server's, or one whose holder can no longer
-                    // issue (as for a take-back)
-                    let row = rows
-                        .iter()
-                        .find(|r| r.worker_id == release)
-                        .expect("planned from rows");
-                    let now = clock_ms();
-                    match claim::own_row(row, token, now) {
-                        OwnRow::Mine => {}
-                        OwnRow::TakeBack => require_lease_end_reaches(client, schema, row)?,
-                        OwnRow::LeaseLive { .. } => {
-                            return Err(held_by_live_server(release, &node));
-                        }
-                    }
-                    client
-                        .update(
-                            &sql::worker_release(schema),
-                            None,
-                            &[
-                                (release as i32).into(),
-                                node.as_str().into(),
-                                claim::released_name(release).as_str().into(),
-                                row.owner_token.unwrap_or(0).into(),
-                                token.into(),
-                                now.into(),
-                            ],
-                        )
-                        .map_err(spi_err)?;
-                    if !take(client, t)? {
-                        if configured.is_none() {
-                            continue; // another node took it first: plan again
-                        }
-                        return Err(JobError::new(
-                            PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
-                            format!(
-                                "leaf_id.worker_id {} was taken by another node meanwhile",
-                                t.id()
-                            ),
-                        ));
-                    }
-                    released_at = taken_row_floor(ahead);
-                    t.id()
-                }
-                ClaimPlan::OwnedByOther { worker_id, owner } => {
-                    return Err(JobError::new(
-                        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-                        format!(
-                            "leaf_id.worker_id {worker_id} belongs to node \"{owner}\" in leaf_worker, not to this node \"{node}\""
-                        ),
-                    ));
-                }
-                ClaimPlan::UsedByOtherDatabase(id) => return Err(used_by_other_database(id)),
-                ClaimPlan::Full => {
-                    return Err(JobError::new(
-                        PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
-                        format!(
-                            "all {} snowflake worker ids in leaf_worker are taken",
-                            MAX_WORKER_ID + 1
-                        ),
-                    ));
-                }
-            };
-            let citus = crate::citus::copies::of_worker_registry_anywhere(client, schema)?;
-            if let (true, Some((copies, _))) = (wrote_registry, &citus) {
-                // (rolled back with the write when refused)
-                crate::citus::copies::require_every_copy_active(copies, id)?;
-                // the copies this claim wrote are the ones its lease counts
-                crate::citus::copies::pin_claim(client, schema, copies, id, &node, token)?;
+                let from = read_marks(client, cx, &took)?;
+                return Ok((took, from));
             }
-            // no FOR UPDATE: on a Citus reference table it locks on the first
-            // worker node too, which may be down; a change of the row after
-            // this read fails the guarded persist below
-            let row = client
-                .update(&sql::worker_mark(schema), None, &[(id as i32).into()])
-                .map_err(spi_err)?
-                .first();
-            let mark = row.get::<i64>(1).ok().flatten().unwrap_or(0);
-            let mark_epoch = row.get::<i64>(2).ok().flatten();
-            let epoch = crate::snowflake::sql::epoch();
-            let mut mark = claim::floor_for_epoch(mark, mark_epoch, epoch).map_err(|e| {
-                JobError::new(PgSqlErrorCode::ERRCODE_DATA_CORRUPTED, e.describe(id))
-            })?;
-            if let Some((copies, true)) = &citus {
-                // this node's own copy, read without Citus (which may read
-                // another copy): it is in every majority that granted this
-                // node a lease, so a restart's floor covers them all
-                mark = mark.max(crate::citus::copies::mark_on_own_copy(
-                    client, copies, id, epoch,
-                )?);
-                // this node's copy may have missed leases that a majority
-                // granted (a released row's last holder went on renewing
-                // without it): a claim that wrote every copy reads every
-                // copy's mark as well
-                if wrote_registry {
-                    mark = mark.max(crate::citus::copies::highest_mark_on_other_copies(
-                        client, schema, copies, id, epoch,
-                    )?);
-                    mark = mark.max(released_at);
-                    waits_for_release = released_at > 0;
-                }
-            } else if wrote_registry {
-                // no copy here: the mark read through Citus came from one
-                // copy, which may have missed the last holder's leases
-                if let Some((all, false)) = &citus {
-                    mark = mark.max(crate::citus::copies::highest_mark_on_other_copies(
-                        client, schema, all, id, epoch,
-                    )?);
-                    mark = mark.max(released_at);
-                    waits_for_release = released_at > 0;
-                }
-            }
-            return Ok((id, mark.max(taken_at)));
         }
-        Err(JobError::new(
-            PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
-            "could not claim a snowflake worker id: leaf_worker kept changing",
-        ))
-    })?;
+    }
+    Err(JobError::new(
+        PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+        "could not claim a snowflake worker id: leaf_worker kept changing",
+    ))
+}
+
+/// What one try recorded.
+enum Tried {
+    /// The row changed meanwhile: plan again.
+    Lost(Wrote),
+    Took(Took),
+}
+
+impl Tried {
+    fn took(worker_id: i64, taken_at: i64, released_at: i64) -> Tried {
+        Tried::Took(Took {
+            worker_id,
+            wrote: Wrote::Registry,
+            taken_at,
+            released_at,
+        })
+    }
+}
+
+/// Record one try's step in `leaf_worker`.
+fn record_step(
+    client: &mut SpiClient,
+    cx: &ClaimContext,
+    step: ClaimStep,
+) -> Result<Tried, JobError> {
+    match step {
+        ClaimStep::Keep(id) => Ok(Tried::Took(Took {
+            worker_id: id,
+            wrote: Wrote::Nothing,
+            taken_at: 0,
+            released_at: 0,
+        })),
+        ClaimStep::TakeBack(row) => {
+            let now = clock_ms();
+            if !take_back(client, cx.schema, &row, cx.settings.token, now)? {
+                return Ok(Tried::Lost(Wrote::Nothing)); // the row is gone meanwhile
+            }
+            let taken_at = if row.owner_token.is_some() { now } else { 0 };
+            Ok(Tried::took(row.worker_id, taken_at, 0))
+        }
+        ClaimStep::WatchThenTakeBack { row, until_ms } => {
+            record_watched_take_back(client, cx, &row, until_ms)
+        }
+        ClaimStep::Take(t) => {
+            if !insert_or_take_over(client, cx, t)? {
+                return Ok(Tried::Lost(Wrote::Nothing)); // another node took it first
+            }
+            Ok(Tried::took(t.id(), 0, taken_row_floor(cx.ahead)))
+        }
+        ClaimStep::Move {
+            release,
+            ends,
+            take,
+            lost,
+            at_ms,
+        } => record_move(client, cx, &release, ends, take, lost, at_ms),
+        ClaimStep::Refuse(r) => Err(refusal(r, &cx.settings.node)),
+    }
+}
+
+/// This server before a crash, or a live copy of it: a live holder renews
+/// every heartbeat interval (a slow job of its worker may delay that by a
+/// lock_timeout), so watch the row until its lease passes or for that long.
+/// A row that changed, while watched or before the take-back, has a live
+/// holder.
+fn record_watched_take_back(
+    client: &mut SpiClient,
+    cx: &ClaimContext,
+    row: &RegistryRow,
+    until_ms: i64,
+) -> Result<Tried, JobError> {
+    let watch_end = (until_ms + 1).min(clock_ms() + watch_limit_ms());
+    if !row_unchanged_until(client, cx.schema, row, watch_end)? {
+        return Err(held_by_live_server(row.worker_id, &cx.settings.node));
+    }
+    let now = clock_ms();
+    if !take_back(client, cx.schema, row, cx.settings.token, now)? {
+        return Err(held_by_live_server(row.worker_id, &cx.settings.node));
+    }
+    Ok(Tried::took(row.worker_id, now, 0))
+}
+
+/// Release this node's row `release` (keeping its mark for whoever takes
+/// the id next), then take `take`.
+fn record_move(
+    client: &mut SpiClient,
+    cx: &ClaimContext,
+    release: &RegistryRow,
+    ends: EndsLease,
+    take: Take,
+    lost: IfLost,
+    at_ms: i64,
+) -> Result<Tried, JobError> {
+    if ends == EndsLease::Passed {
+        require_lease_end_reaches(client, cx.schema, release)?;
+    }
+    let node = cx.settings.node.as_str();
+    client
+        .update(
+            &sql::worker_release(cx.schema),
+            None,
+            &[
+                (release.worker_id as i32).into(),
+                node.into(),
+                claim::released_name(release.worker_id).as_str().into(),
+                release.owner_token.unwrap_or(0).into(),
+                cx.settings.token.into(),
+                at_ms.into(),
+            ],
+        )
+        .map_err(spi_err)?;
+    if !insert_or_take_over(client, cx, take)? {
+        return match lost {
+            IfLost::PlanAgain => Ok(Tried::Lost(Wrote::Registry)),
+            IfLost::Refuse => Err(JobError::new(
+                PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+                format!(
+                    "leaf_id.worker_id {} was taken by another node meanwhile",
+                    take.id()
+                ),
+            )),
+        };
+    }
+    Ok(Tried::took(take.id(), 0, taken_row_floor(cx.ahead)))
+}
+
+/// Insert a row for the id, or rename a released one to this node: false if
+/// another node was first.
+fn insert_or_take_over(
+    client: &mut SpiClient,
+    cx: &ClaimContext,
+    take: Take,
+) -> Result<bool, JobError> {
+    let (schema, node, token) = (cx.schema, cx.settings.node.as_str(), cx.settings.token);
+    let got = match take {
+        Take::Insert(id) => client.update(
+            &sql::worker_insert(schema),
+            None,
+            &[(id as i32).into(), node.into(), token.into()],
+        ),
+        Take::TakeOver(id) => client.update(
+            &sql::worker_take_released(schema),
+            None,
+            &[
+                (id as i32).into(),
+                node.into(),
+                claim::released_name(id).as_str().into(),
+                token.into(),
+            ],
+        ),
+    };
+    Ok(!got.map_err(spi_err)?.is_empty())
+}
+
+fn refusal(r: Refusal, node: &str) -> JobError {
+    match r {
+        Refusal::OwnedByOther { worker_id, owner } => JobError::new(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!(
+                "leaf_id.worker_id {worker_id} belongs to node \"{owner}\" in leaf_worker, not to this node \"{node}\""
+            ),
+        ),
+        Refusal::UsedByOtherDatabase(id) => used_by_other_database(id),
+        Refusal::Full => JobError::new(
+            PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+            format!(
+                "all {} snowflake worker ids in leaf_worker are taken",
+                MAX_WORKER_ID + 1
+            ),
+        ),
+        Refusal::HeldByLiveServer(id) => held_by_live_server(id, node),
+    }
+}
+
+/// After the take: on Citus, check and pin the copies a written claim
+/// counts, then read the marks the claim continues from
+/// (`claim::continue_from`).
+fn read_marks(
+    client: &mut SpiClient,
+    cx: &ClaimContext,
+    took: &Took,
+) -> Result<Continue, JobError> {
+    let (schema, id) = (cx.schema, took.worker_id);
+    let citus = crate::citus::copies::of_worker_registry_anywhere(client, schema)?;
+    if let (Wrote::Registry, Some((copies, _))) = (took.wrote, &citus) {
+        // (rolled back with the write when refused)
+        crate::citus::copies::require_every_copy_active(copies, id)?;
+        // the copies this claim wrote are the ones its lease counts
+        let (node, token) = (cx.settings.node.as_str(), cx.settings.token);
+        crate::citus::copies::pin_claim(client, schema, copies, id, node, token)?;
+    }
+    let (row, epoch) = row_mark(client, schema, id)?;
+    let shape = match &citus {
+        None => RegistryCopies::Plain,
+        Some((_, true)) => RegistryCopies::CitusWithOwnCopy,
+        Some((_, false)) => RegistryCopies::CitusElsewhere,
+    };
+    let reads = claim::mark_reads(shape, took.wrote);
+    let copies = citus.as_ref().map(|(c, _)| c);
+    // this node's own copy, read without Citus (which may read another
+    // copy): it is in every majority that granted this node a lease, so a
+    // restart's floor covers them all
+    let own_copy = match (reads.own_copy, copies) {
+        (true, Some(c)) => Some(crate::citus::copies::mark_on_own_copy(
+            client, c, id, epoch,
+        )?),
+        _ => None,
+    };
+    // a claim that wrote every copy reads every copy's mark as well: this
+    // node's copy (or the one Citus read) may have missed leases that a
+    // majority granted (a released row's last holder went on renewing
+    // without it)
+    let other_copies = match (reads.other_copies, copies) {
+        (true, Some(c)) => Some(crate::citus::copies::highest_mark_on_other_copies(
+            client, schema, c, id, epoch,
+        )?),
+        _ => None,
+    };
+    let marks = MarksRead {
+        row,
+        own_copy,
+        other_copies,
+    };
+    Ok(claim::continue_from(&marks, took))
+}
+
+/// The id's row mark, moved to the current epoch, and that epoch. No FOR
+/// UPDATE: on a Citus reference table it locks on the first worker node
+/// too, which may be down; a change of the row after this read fails the
+/// guarded persist.
+fn row_mark(client: &mut SpiClient, schema: &Schema, id: i64) -> Result<(i64, i64), JobError> {
+    let row = client
+        .update(&sql::worker_mark(schema), None, &[(id as i32).into()])
+        .map_err(spi_err)?
+        .first();
+    let mark = row.get::<i64>(1).ok().flatten().unwrap_or(0);
+    let mark_epoch = row.get::<i64>(2).ok().flatten();
+    let epoch = crate::snowflake::sql::epoch();
+    let mark = claim::floor_for_epoch(mark, mark_epoch, epoch)
+        .map_err(|e| JobError::new(PgSqlErrorCode::ERRCODE_DATA_CORRUPTED, e.describe(id)))?;
+    Ok((mark, epoch))
+}
+
+/// After the claim's transaction: the floor (the persisted mark, this
+/// lifetime's generator and leases), a wait for it, and the first persist.
+fn finish_claim(cx: ClaimContext, took: &Took, from: Continue) -> Result<Claimed, JobError> {
+    let sh = shared().expect("shared memory");
+    let slot = sh.db(cx.db);
+    let worker_id = took.worker_id;
     let same_id =
         slot.worker_id.load(SeqCst) == worker_id as i32 && slot.generator.worker_id() == worker_id;
     // within one lifetime the generator's own state goes on (same id); the
@@ -351,7 +452,7 @@ pub fn claim(
     } else {
         sh.lifetime_lease(worker_id)
     };
-    let floor = claim::claim_floor(persisted, kept).max(noted);
+    let floor = claim::claim_floor(from.mark, kept).max(noted);
     let last = if same_id {
         slot.generator
             .last_issued_ms(crate::snowflake::sql::epoch())
@@ -361,28 +462,28 @@ pub fn claim(
     };
     // (a released id taken back in this lifetime waits too, rather than
     // refusing calls until the clock passes the floor)
-    if !same_id || waits_for_release {
+    if !same_id || from.waits == Waits::ForRelease {
         wait_for_floor(floor);
     }
     // a claim that wrote through Citus renews through it as well (its own
     // uncommitted write locks every copy); one that only found its own row
     // (a restart of this data directory) needs a majority of the copies
     let (lease, _) = persist(
-        db,
-        schema,
-        catalog,
+        cx.db,
+        cx.schema,
+        cx.catalog,
         worker_id,
-        &node,
-        clock_ms().max(floor).max(last).saturating_add(ahead),
-        wrote_registry,
+        &cx.settings.node,
+        clock_ms().max(floor).max(last).saturating_add(cx.ahead),
+        took.wrote == Wrote::Registry,
     )?;
     Ok(Claimed {
         worker_id,
         floor,
         lease,
         same_id,
-        configured,
-        node,
+        configured: cx.settings.configured,
+        node: cx.settings.node,
     })
 }
 
@@ -495,7 +596,7 @@ fn held_by_live_server(id: i64, node: &str) -> JobError {
 /// further ahead (a long lease, a clock behind the mark) is not waited for:
 /// calls are refused (58000) until the clock passes it.
 fn wait_for_floor(floor: i64) {
-    let limit = 2 * settings::HEARTBEAT_INTERVAL.get() as i64 + WORKER_LOCK_TIMEOUT_MS;
+    let limit = watch_limit_ms();
     let behind = floor - clock_ms();
     if behind < 0 || behind > limit {
         return;
@@ -503,13 +604,27 @@ fn wait_for_floor(floor: i64) {
     while clock_ms() <= floor {
         pgrx::check_for_interrupts!();
         crate::runtime::clock::wait_on_latch(Duration::from_millis(
-            (floor - clock_ms()).clamp(1, 100) as u64,
+            (floor - clock_ms()).clamp(MIN_WAIT_MS, MAX_WAIT_MS) as u64,
         ));
     }
 }
 
 /// The worker session's lock_timeout (`FORCED_SETTINGS`).
 const WORKER_LOCK_TIMEOUT_MS: i64 = 5000;
+
+/// How many heartbeat intervals a live holder may take to renew.
+const RENEWALS_WATCHED: i64 = 2;
+
+/// The longest and shortest single wait on the latch while watching a row
+/// or the clock (interrupts are checked between waits).
+const MAX_WAIT_MS: i64 = 100;
+const MIN_WAIT_MS: i64 = 1;
+
+/// How long a live holder may take to renew its lease: two heartbeat
+/// intervals and a lock timeout.
+fn watch_limit_ms() -> i64 {
+    RENEWALS_WATCHED * settings::HEARTBEAT_INTERVAL.get() as i64 + WORKER_LOCK_TIMEOUT_MS
+}
 
 /// Read the row again and again (interruptibly, with fresh snapshots) until
 /// the snowflake clock reaches `until_ms`: false as soon as its owner token
@@ -532,7 +647,7 @@ fn row_unchanged_until(
             return Ok(true);
         }
         pgrx::check_for_interrupts!();
-        crate::runtime::clock::wait_on_latch(Duration::from_millis(left.min(100) as u64));
+        crate::runtime::clock::wait_on_latch(Duration::from_millis(left.min(MAX_WAIT_MS) as u64));
     }
 }
 
