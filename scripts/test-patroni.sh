@@ -11,7 +11,7 @@
 # Then, on one major only, the guard-off mode (LEAF_ID_PATRONI_RULE=off):
 # leaf_id.synchronized_standby_slots left empty and scenario C alone, which
 # must hand out at least one ID twice, or the run fails: the proof that the
-# check "no ID twice" can fail (about 65 s). That major is the last of
+# check "no ID twice" can fail (about 85 s). That major is the last of
 # LEAF_ID_PG_MAJORS (the test command's list, default "15 16 17 18": so 18,
 # the last the test command's Patroni job runs), or LEAF_ID_PATRONI_OFF_MAJOR.
 #

@@ -236,8 +236,8 @@ if compgen -G "tests/tap/*.pl" >/dev/null; then
   done
 fi
 # Patroni (tests/patroni), last, beside the TAP suites (which mostly wait)
-# rather than the Citus builds: one job, every major in turn (about 90 s
-# each, and 65 s more on the last for the guard-off mode); what it adds to
+# rather than the Citus builds: one job, every major in turn (about 105 s
+# each, and 85 s more on the last for the guard-off mode); what it adds to
 # the TAP failover tests (076 to 078) is the HA manager's own failover,
 # switchover and pg_rewind
 if [ ${#ran[@]} -gt 0 ]; then

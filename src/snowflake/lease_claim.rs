@@ -258,11 +258,16 @@ fn record_watched_take_back(
     if !row_unchanged_until(client, cx.schema, row, watch_end)? {
         return Err(held_by_live_server(row.worker_id, &cx.settings.node));
     }
-    let now = clock_ms();
-    if !take_back(client, cx.schema, row, cx.settings.token, now)? {
+    // unchanged for the whole watch: the holder no longer renews. Taken
+    // at its lease's end when this server's clock is still behind it (a
+    // promoted standby whose clock is late): the claim then continues from
+    // that mark, and calls are refused (58000) until the clock passes it;
+    // taken at the clock's time, the take-back would fail until then
+    let at = clock_ms().max(until_ms + 1);
+    if !take_back(client, cx.schema, row, cx.settings.token, at)? {
         return Err(held_by_live_server(row.worker_id, &cx.settings.node));
     }
-    Ok(Tried::took(row.worker_id, now, 0))
+    Ok(Tried::took(row.worker_id, at, 0))
 }
 
 /// Release this node's row `release` (keeping its mark for whoever takes

@@ -8,14 +8,17 @@ An application draws segment and snowflake IDs through whichever node leads
   B. a switchover moves the leader,
   C. the leader's node dies while its standbys lag (its walsenders stopped
      with SIGSTOP, then Patroni, the postmaster and its children killed with
-     kill -9): a standby, its clock 30 s behind the leader's, is promoted
-     after the leader key's ttl,
+     kill -9): a standby, its clock 45 s behind the leader's, is promoted
+     after the leader key's ttl, and refuses snowflake calls with 58000 until
+     its clock passes the high-water mark it has,
   D. the dead node's Patroni is started again: it rewinds its data directory
      with pg_rewind and follows the new leader; there both functions refuse
      with 25006.
 Checks: no ID of either mode is handed out twice; every scenario ends with
 both modes issuing from a leader; in C the old leader stops issuing once its
-standbys stop confirming (55P03). The time without IDs of each mode is
+standbys stop confirming (55P03), and the new leader refuses snowflake calls
+with 58000 before its first snowflake ID (its clock is further behind the
+mark than its claim waits: see OFFSET_MS). The time without IDs of each mode is
 measured per scenario and printed.
 C's premises are checked too, or C would pass without testing anything:
   - the standbys lack the old leader's last reservations: each standby's
@@ -24,8 +27,8 @@ C's premises are checked too, or C would pass without testing anything:
     leader committed refills (leaf_alloc.max_id) and lease renewals
     (leaf_worker.last_timestamp) after the stop that the standbys do not have;
   - the clock offset took effect: SHOW leaf_id.test_clock_offset_ms reads
-    -30000 (ms) on both standbys; the new leader's first snowflake IDs carry
-    a clock 30 s behind the wall clock; with that clock, when the new leader
+    -45000 (ms) on both standbys; the new leader's first snowflake IDs carry
+    a clock 45 s behind the wall clock; with that clock, when the new leader
     was seen leading, it was behind the last millisecond the old leader
     issued snowflake IDs in (it could have reissued them); with the guard,
     its first ID lies above that millisecond (it held snowflake back).
@@ -61,8 +64,18 @@ T0 = time.monotonic()
 # wall clock (Unix ms) of a time.monotonic() value
 WALL0 = time.time() - T0
 failures = []
-# the standbys' clock offset in scenario C (leaf_id.test_clock_offset_ms)
-OFFSET_MS = -30000
+# the standbys' clock offset in scenario C (leaf_id.test_clock_offset_ms).
+# The promoted standby finds the old leader's row with a lease ahead of its
+# clock (the mark it has: the old leader's clock when its walsenders stopped,
+# plus lease_ahead, 3 s) and watches the row for at most two heartbeats and
+# the worker's 5 s lock timeout (7 s); it then waits for its clock to pass
+# the mark only if that is at most 7 s more, else refuses calls with 58000
+# (lease_claim.rs, wait_for_floor). So 58000 needs the clock more than 14 s
+# behind the mark when the claim starts. The standby is promoted about 20 s
+# (the ttl) after the kill, which comes about 10 s after the walsenders
+# stopped: with 45 s it is about 45 - 30 + 3 = 18 to 21 s behind (with
+# 30 s, a few seconds: its worker waited that out, callers got 55P03).
+OFFSET_MS = -45000
 # leaf_id.epoch_ms's default (the test leaves it): a snowflake ID's millisecond
 EPOCH_MS = 1_288_834_974_657
 
@@ -413,7 +426,7 @@ def scenario_c():
     lead = wait_for("a leader", leader, 60)
     others = [n for n in NODES if n != lead]
     wait_for("both standbys streaming", lambda: streaming(others), 60)
-    # the standbys' clocks 30 s behind the leader's (conf-wide, as the worker
+    # the standbys' clocks 45 s behind the leader's (conf-wide, as the worker
     # reads it): a promoted standby lacking the leader's newest lease would
     # issue snowflake IDs the leader issued in its last seconds
     for n in others:
@@ -463,8 +476,10 @@ def scenario_c():
           f"C: after its walsenders stopped the leader {lead} committed refills (max_id {max_id_stop} "
           f"to {max_id_kill}) and lease renewals (snowflake mark {mark_stop} to {mark_kill}), "
           f"its WAL from {lsn_stop} to {lsn_kill}")
+    marks = {}
     for n in others:
         recv, max_id_n, mark_n = sql(n, RESERVED.replace("pg_current_wal_lsn()", "pg_last_wal_receive_lsn()"))[0]
+        marks[n] = mark_n
         check(recv is not None and lsn(recv) <= lsn(lsn_stop) < lsn(lsn_kill),
               f"C: the standby {n} received WAL up to {recv}: no further than the leader's "
               f"pg_current_wal_lsn() when its walsenders stopped ({lsn_stop}), "
@@ -514,15 +529,27 @@ def scenario_c():
           f"C: when {new} was seen leading, its clock ({shift} ms off) was {behind} ms behind the "
           f"last millisecond the old leader issued snowflake IDs in")
     refusals = {}
+    first_58000 = None
     for tt2, _, err, port2 in sf[:k]:
         if tt2 > t and err and port2 == PG_PORT[new]:
             refusals[err] = refusals.get(err, 0) + 1
-    # (not asserted: which refusal depends on how far behind the mark the new
-    # leader's clock is. Its worker watches the old holder's lease until it
-    # passes, at most 2 heartbeats and 5 s, then waits as long again for its
-    # clock to pass the mark; calls time out meanwhile (55P03). Only a clock
-    # further behind gets 58000, and here it is a few seconds behind)
-    log(f"C: {new} refused snowflake calls before its first ID: {refusals or 'none'}")
+            if err == "58000" and first_58000 is None:
+                first_58000 = tt2
+    # how far its clock was behind the mark it has (the mark as the standby
+    # had it before the promotion) when it was seen leading: 58000 needs more
+    # than 14 s (see OFFSET_MS)
+    mark_behind = marks[new] - (wall_ms(t_seen) + shift)
+    log(f"C: {new} refused snowflake calls before its first ID: {refusals or 'none'}; seen leading "
+        f"{t_seen - t:.1f} s after the kill, its clock {mark_behind} ms behind the mark it has; "
+        f"first 58000 {'-' if first_58000 is None else f'{first_58000 - t_seen:.1f} s'} and first ID "
+        f"{tt - t_seen:.1f} s after that")
+    # further behind the mark than its claim waits, the new leader
+    # refuses snowflake calls with 58000 before it issues (its worker first
+    # watches the old holder's lease, calls time out meanwhile: 55P03)
+    check(refusals.get("58000", 0) > 0,
+          f"C: {new} refused snowflake calls with 58000 before its first snowflake ID "
+          f"(its refusals {refusals or 'none'}; its clock {mark_behind} ms behind the mark it has "
+          f"when seen leading)")
     if GUARD:
         first_ms = min(snowflake_ms(i) for i in ids)
         check(old_last_ms is not None and first_ms > old_last_ms,
