@@ -15,7 +15,7 @@ use pgrx::pg_sys;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{
     AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU8, AtomicU32, AtomicU64,
-    Ordering::{Acquire, Relaxed, SeqCst},
+    Ordering::{Acquire, Relaxed, Release, SeqCst},
 };
 
 /// A worker registered but not attached after this long is given up (a
@@ -349,6 +349,9 @@ impl DbSlot {
     pub fn set_node_name(&self, name: &str) {
         let bytes = truncate_utf8(name, crate::settings::NODE_NAME_MAX_BYTES);
         self.node_name_version.fetch_add(1, SeqCst); // odd: a write is in progress
+        // (the bytes' stores stay after the odd version, for a reader's
+        // acquire fence to pair with)
+        std::sync::atomic::fence(Release);
         for (cell, &b) in self.node_name.iter().zip(bytes) {
             cell.store(b, Relaxed);
         }

@@ -58,7 +58,8 @@ pub enum TakePlan {
     /// Wait until the clock moves on, then plan again.
     WaitNextMs,
     /// The clock is behind the last issued millisecond by more than the
-    /// generator may run ahead.
+    /// generator may run ahead: `offset_ms` beyond that allowance (with no
+    /// run-ahead, how far the clock is behind).
     Behind { offset_ms: i64 },
 }
 
@@ -88,8 +89,13 @@ pub fn plan_take(
         return TakePlan::Issue { t, seq: None };
     }
     let lead = last.t - t;
-    if lead > run_ahead_ms.max(0) {
-        return TakePlan::Behind { offset_ms: lead };
+    let allowed = run_ahead_ms.max(0);
+    if lead > allowed {
+        // (a clock that steps back while a burst runs ahead is behind only
+        // by what passes the allowance: that much is waited out or refused)
+        return TakePlan::Behind {
+            offset_ms: lead - allowed,
+        };
     }
     if last.seq < top_seq {
         return TakePlan::Issue {
@@ -98,7 +104,7 @@ pub fn plan_take(
         };
     }
     let next = last.t + 1;
-    if next - t <= run_ahead_ms && next <= lease_t {
+    if next - t <= run_ahead_ms && next <= lease_t && next <= MAX_TIMESTAMP {
         TakePlan::Issue { t: next, seq: None }
     } else {
         TakePlan::WaitNextMs
@@ -543,11 +549,43 @@ mod tests {
         );
         // never past the persisted mark
         assert_eq!(plan_take(10, full, 4095, 5, 10), TakePlan::WaitNextMs);
-        // a clock further behind than the run-ahead is a rollback
+        // a clock further behind than the run-ahead is a rollback, by what
+        // passes the run-ahead
         assert_eq!(
             plan_take(9, ahead, 4095, 1, 99),
-            TakePlan::Behind { offset_ms: 2 }
+            TakePlan::Behind { offset_ms: 1 }
         );
+        // never past the layout's last millisecond
+        let last_ms = Some(LastIssued {
+            t: MAX_TIMESTAMP,
+            seq: 4095,
+        });
+        assert_eq!(
+            plan_take(MAX_TIMESTAMP, last_ms, 4095, 5, i64::MAX),
+            TakePlan::WaitNextMs
+        );
+    }
+
+    #[test]
+    fn a_clock_stepped_back_during_a_run_ahead_waits_out_only_the_excess() {
+        // a burst 3 ms ahead of a frozen clock, then the clock 2 ms back:
+        // 5 ms behind the last ID, 2 beyond the run-ahead of 3, within
+        // max_backward_ms (5): waited out (twice 2 ms), not refused
+        let g = generator();
+        let clock = FakeClock::at(T0);
+        let c = Config {
+            run_ahead_ms: 3,
+            ..cfg()
+        };
+        let mut last = 0;
+        for _ in 0..4 * (MAX_SEQUENCE + 1) {
+            last = g.next_id(&c, &clock, &mut zero).unwrap();
+        }
+        clock.now.set(T0 - 2);
+        let id = g.next_id(&c, &clock, &mut zero).unwrap();
+        assert!(id > last);
+        assert_eq!(clock.slept.get(), 4, "twice the 2 ms beyond the run-ahead");
+        assert_eq!(g.rollback_events.load(SeqCst), 1);
     }
 
     #[test]
