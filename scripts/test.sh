@@ -44,7 +44,8 @@
 #     Citus 14.0.1; 16 and 17 left out for the time budget); builds and installs
 #     Citus into each from LEAF_ID_CITUS_TARBALL (13) or
 #     LEAF_ID_CITUS14_TARBALL (14) when it is missing, else a SKIP line
-#  9. alongside them: the Patroni test (tests/patroni, scripts/test-patroni.sh)
+#  9. beside the TAP suites once the Citus suites are done, in a slot of its
+#     own (it mostly waits): the Patroni test (scripts/test-patroni.sh)
 #     on every major: three nodes under Patroni 4.1.5 (pinned, from PyPI, else
 #     a SKIP line), a crash, a switchover, a node death, a rejoin by pg_rewind
 # Each step and job says how long it took (the 70-minute budget, docs/testing.md).
@@ -235,18 +236,19 @@ if compgen -G "tests/tap/*.pl" >/dev/null; then
     jobs_cmds+=("echo '== TAP tests, PostgreSQL $major'; PG_MAJOR=$major $extra bash scripts/test-tap.sh")
   done
 fi
-# Patroni (tests/patroni), last, beside the TAP suites (which mostly wait)
-# rather than the Citus builds: one job, every major in turn (about 105 s
-# each, and 85 s more on the last for the guard-off mode); what it adds to
-# the TAP failover tests (076 to 078) is the HA manager's own failover,
-# switchover and pg_rewind
+# Patroni (tests/patroni), beside the TAP suites (which mostly wait) once
+# the Citus builds are done, in a slot of its own (it mostly waits too: for
+# the leader key's ttl, for failovers): one job, every major in turn (about
+# 105 s each, and 85 s more on the last for the guard-off mode); what it
+# adds to the TAP failover tests (076 to 078) is the HA manager's own
+# failover, switchover and pg_rewind
+SIDE_JOB=patroni side_pending=0 side_cmd=
 if [ ${#ran[@]} -gt 0 ]; then
-  jobs_names+=(patroni)
-  cmd="set -e"
+  side_pending=1
+  side_cmd="set -e"
   for major in "${ran[@]}"; do
-    cmd="$cmd; echo '== Patroni test (PostgreSQL $major)'; PG_MAJOR=$major bash scripts/test-patroni.sh"
+    side_cmd="$side_cmd; echo '== Patroni test (PostgreSQL $major)'; PG_MAJOR=$major bash scripts/test-patroni.sh"
   done
-  jobs_cmds+=("$cmd")
 fi
 declare -A pid_of=() started_at=()
 failed=()
@@ -256,6 +258,7 @@ finish_one() {
   wait -n -p done_pid "${pid_of[@]}" || rc=$?
   for name in "${!pid_of[@]}"; do [ "${pid_of[$name]}" = "$done_pid" ] && break; done
   unset "pid_of[$name]"
+  case $name in citus*) citus_left=$((citus_left - 1)) ;; esac
   cat "$LOGS/$name.log"
   echo "== $name: ended after $((SECONDS - ${started_at[$name]})) s (at $SECONDS s of the test command)"
   case $rc in
@@ -264,15 +267,33 @@ finish_one() {
     *) echo "== $name: FAILED (exit $rc; log: $LOGS/$name.log)"; failed+=("$name") ;;
   esac
 }
+# start_job NAME CMD
+start_job() {
+  echo "== started: $1 (log: $LOGS/$1.log)"
+  (unset PG_CONFIG; eval "$2") >"$LOGS/$1.log" 2>&1 &
+  pid_of[$1]=$!
+  started_at[$1]=$SECONDS
+}
+# the jobs that take a slot of TAP_JOBS (the side job does not)
+slots_taken() {
+  local name n=0
+  for name in "${!pid_of[@]}"; do [ "$name" = "$SIDE_JOB" ] || n=$((n + 1)); done
+  echo "$n"
+}
+# start_side: the side job, once every Citus job has started and ended
+citus_left=$(printf '%s\n' "${jobs_names[@]}" | grep -c '^citus' || true)
+start_side() {
+  [ "$side_pending" = 1 ] && [ "$citus_left" -eq 0 ] || return 0
+  start_job "$SIDE_JOB" "$side_cmd"
+  side_pending=0
+}
 for i in "${!jobs_names[@]}"; do
   name=${jobs_names[$i]}
-  while [ ${#pid_of[@]} -ge "$TAP_JOBS" ]; do finish_one; done
-  echo "== started: $name (log: $LOGS/$name.log)"
-  (unset PG_CONFIG; eval "${jobs_cmds[$i]}") >"$LOGS/$name.log" 2>&1 &
-  pid_of[$name]=$!
-  started_at[$name]=$SECONDS
+  while [ "$(slots_taken)" -ge "$TAP_JOBS" ]; do finish_one; start_side; done
+  start_job "$name" "${jobs_cmds[$i]}"
 done
-while [ ${#pid_of[@]} -gt 0 ]; do finish_one; done
+start_side
+while [ ${#pid_of[@]} -gt 0 ]; do finish_one; start_side; done
 if [ ${#failed[@]} -gt 0 ]; then
   # the failing jobs' digests again, last (CI keeps only the end)
   for name in "${failed[@]}"; do
