@@ -571,16 +571,8 @@ mod tests {
         // a burst 3 ms ahead of a frozen clock, then the clock 2 ms back:
         // 5 ms behind the last ID, 2 beyond the run-ahead of 3, within
         // max_backward_ms (5): waited out (twice 2 ms), not refused
-        let g = generator();
-        let clock = FakeClock::at(T0);
-        let c = Config {
-            run_ahead_ms: 3,
-            ..cfg()
-        };
-        let mut last = 0;
-        for _ in 0..4 * (MAX_SEQUENCE + 1) {
-            last = g.next_id(&c, &clock, &mut zero).unwrap();
-        }
+        let (g, clock, c) = (generator(), FakeClock::at(T0), run_ahead(3));
+        let last = burst(&g, &clock, &c, 4);
         clock.now.set(T0 - 2);
         let id = g.next_id(&c, &clock, &mut zero).unwrap();
         assert!(id > last);
@@ -588,20 +580,29 @@ mod tests {
         assert_eq!(g.rollback_events.load(SeqCst), 1);
     }
 
-    #[test]
-    fn a_frozen_clock_gets_the_run_ahead_without_waiting_then_waits() {
-        let g = generator();
-        let clock = FakeClock::at(T0);
-        let c = Config {
-            run_ahead_ms: 3,
+    fn run_ahead(ms: i64) -> Config {
+        Config {
+            run_ahead_ms: ms,
             ..cfg()
-        };
+        }
+    }
+
+    /// `ms` milliseconds' worth of IDs, each above the one before: the
+    /// last one.
+    fn burst(g: &Generator, clock: &FakeClock, c: &Config, ms: i64) -> i64 {
         let mut last = 0;
-        for _ in 0..4 * (MAX_SEQUENCE + 1) {
-            let id = g.next_id(&c, &clock, &mut zero).unwrap();
+        for _ in 0..ms * (MAX_SEQUENCE + 1) {
+            let id = g.next_id(c, clock, &mut zero).unwrap();
             assert!(id > last);
             last = id;
         }
+        last
+    }
+
+    #[test]
+    fn a_frozen_clock_gets_the_run_ahead_without_waiting_then_waits() {
+        let (g, clock, c) = (generator(), FakeClock::at(T0), run_ahead(3));
+        let last = burst(&g, &clock, &c, 4);
         assert_eq!(clock.now.get(), T0, "the clock never moved");
         assert_eq!(g.sequence_waits.load(SeqCst), 0);
         assert_eq!(decode(last, LEAF_EPOCH_MS).unwrap().unix_ms, T0 + 3);
