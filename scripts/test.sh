@@ -301,6 +301,12 @@ if [ ${#failed[@]} -gt 0 ]; then
     sed -n '/^== failure digest/,/^== end of failure digest/p' "$LOGS/$name.log" | head -n 150 || true
     tail -n 12 "$LOGS/$name.log" | grep -v -E '^== (failure digest|end of failure digest)' || true
   done
+  # last of all, the failed assertions alone: CI keeps the output's end
+  echo "== failed assertions:"
+  for name in "${failed[@]}"; do
+    grep -E '^(\[[^]]*\]\([^)]*\) )?(not ok|Bail out!)|^-- [^ ]+:$|^FAILED' "$LOGS/$name.log" \
+      | cut -c1-400 | awk '!seen[$0]++' | sed "s/^/$name: /" | head -n 20 || true
+  done
   echo "== FAILED: ${failed[*]}"
   exit 1
 fi

@@ -22,7 +22,28 @@ pub struct JobError {
     pub message: String,
 }
 
+/// How Citus reports a remote transaction that failed on a connection its
+/// coordinated transaction needs (remote_transaction.c), with no SQLSTATE
+/// of its own (`XX000`): the node went away, or its session failed before
+/// the statement ran.
+const CITUS_ESSENTIAL_CONNECTION_FAILED: &str = "failure on connection marked as essential";
+
 impl JobError {
+    /// A job's error as PostgreSQL (or Citus) reported it. Citus' failure
+    /// of an essential connection is a connection failure (`08006`), which
+    /// the callers are then told as one (`explain_unreachable`), never as an
+    /// internal error.
+    pub(crate) fn reported(sqlstate: i32, message: String) -> JobError {
+        let sqlstate = if sqlstate == code_of(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR)
+            && message.starts_with(CITUS_ESSENTIAL_CONNECTION_FAILED)
+        {
+            code_of(PgSqlErrorCode::ERRCODE_CONNECTION_FAILURE)
+        } else {
+            sqlstate
+        };
+        JobError { sqlstate, message }
+    }
+
     pub(crate) fn new(code: PgSqlErrorCode, message: impl Into<String>) -> JobError {
         JobError {
             sqlstate: code_of(code),
@@ -98,3 +119,34 @@ pub(crate) fn explain_unreachable(e: JobError, job: &str, table: &str) -> JobErr
 }
 
 pub const EXTENSION_GONE: &str = "extension leaf_id is not installed in this database";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn citus_essential_connection_failure_is_a_connection_failure() {
+        let internal = code_of(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR);
+        let e = JobError::reported(
+            internal,
+            "failure on connection marked as essential: 127.0.0.1:5433".into(),
+        );
+        assert!(e.is_connection_exception());
+        assert_eq!(
+            e.sqlstate,
+            code_of(PgSqlErrorCode::ERRCODE_CONNECTION_FAILURE)
+        );
+        let e = explain_unreachable(e, "refill tag \"t\"", "leaf_alloc");
+        assert!(
+            e.message
+                .starts_with("leaf_id could not refill tag \"t\": a node")
+        );
+        assert!(e.message.ends_with("marked as essential: 127.0.0.1:5433"));
+        // another internal error, or the text under another code, stays
+        let other = JobError::reported(internal, "cache lookup failed".into());
+        assert_eq!(other.sqlstate, internal);
+        let raised = code_of(PgSqlErrorCode::ERRCODE_RAISE_EXCEPTION);
+        let user = JobError::reported(raised, CITUS_ESSENTIAL_CONNECTION_FAILED.into());
+        assert_eq!(user.sqlstate, raised);
+    }
+}

@@ -346,10 +346,7 @@ pub(crate) fn in_transaction<T>(
             CaughtError::ErrorReport(r) => (r, code_of(r.sql_error_code())),
             CaughtError::RustPanic { ereport, .. } => (ereport, code_of(ereport.sql_error_code())),
         };
-        Err(JobError {
-            sqlstate,
-            message: report.message().to_string(),
-        })
+        Err(JobError::reported(sqlstate, report.message().to_string()))
     })
     .execute();
     if !committed {

@@ -59,7 +59,10 @@ sub on_worker
 # essential", or the timeout's own message); the caller that waited for that
 # refill gets its error, and the worker retries the refill. Returns the last
 # try's result and the number of tries.
+# Every failed try's SQLSTATE is kept in @cold_failures: Citus' failure has
+# none of its own (XX000), and leaf_id must report it as 08006.
 use constant COLD_SESSION_TRIES => 3;
+my @cold_failures;
 sub until_warm
 {
 	my ($run) = @_;
@@ -69,6 +72,7 @@ sub until_warm
 		$r = $run->();
 		return ($r, $tries) if $r->{ret} == 0
 		  || $r->{err} !~ /failure on connection marked as essential|canceling statement due to|idle-in-transaction timeout/;
+		push @cold_failures, ($r->{sqlstate} // 'none') . ' ' . ($r->{err} =~ s/\n.*//sr);
 	}
 	return ($r, COLD_SESSION_TRIES);
 }
@@ -156,4 +160,8 @@ is(scalar(@twice), 0, 'C: no ID twice over the three nodes (' . scalar(@stale_id
   or diag "twice: @twice[0 .. 9]";
 
 $_->stop for (@workers, $coord);
+note 'failed tries of a cold session: ' . (join(' | ', @cold_failures) || 'none');
+is(scalar(grep { /^XX000 / } @cold_failures), 0,
+	'a cold remote session\'s failure reaches the callers with a SQLSTATE of its own, never XX000')
+  or diag explain \@cold_failures;
 done_testing();
