@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The benchmark command (benchmarks are not tests: they measure, never fail).
 #
-#   bash scripts/bench.sh                  # full run, about 14 minutes on 2 cores
-#   BENCH_QUICK=1 bash scripts/bench.sh    # quick check of the suite, about 4 minutes
+#   bash scripts/bench.sh                  # full run, about 17 minutes on 2 cores
+#   BENCH_QUICK=1 bash scripts/bench.sh    # quick check of the suite, about 5 minutes
 #   BENCH_SECTIONS=multinode bash scripts/bench.sh   # only section 7, about 5 minutes
 #   PG_MAJOR=18 bash scripts/bench.sh      # on PostgreSQL 18 (target/pg18, scripts/pg-server.sh),
 #                                          # with uuidv7() as a competitor; writes
@@ -21,8 +21,31 @@
 # "1 8 16"), BENCH_BATCH (10000) IDs per scaling transaction,
 # BENCH_RT_CLIENTS (8), BENCH_REFILL_CLIENTS (8), BENCH_REFILL_BATCH (1000),
 # BENCH_REFILL_STEPS ("10 100 1000"), BENCH_SEG_STEP (1000), BENCH_SECTIONS
-# ("bulk scaling roundtrip insert refill batch profile multinode"; profile:
-# perf samples of one session drawing segment IDs, Debian's linux-perf).
+# ("bulk scaling roundtrip insert refill batch peers tags profile multinode";
+# profile: perf samples of one session drawing segment IDs from one tag and
+# from 64 tags in turn, Debian's linux-perf).
+#
+# Section peers: leaf_id against what a user would pick instead, in the same
+# run: nextval() CACHE 1000, leaf_snowflake_next() also with
+# leaf_id.max_run_ahead_ms = 1000 (set by ALTER SYSTEM and reset after),
+# pgEdge snowflake 2.6.0's snowflake.nextval(), pg_uuidv7 1.6.0's
+# uuid_generate_v7() and gen_random_uuid(). BENCH_PEER_N (1000000 / 200000)
+# IDs per one-session query, BENCH_PEER_REPS (5 / 3) one-session runs,
+# BENCH_PEER_CLIENTS (8) pgbench clients drawing BENCH_PEER_BATCH (100) IDs
+# per statement (BENCH_REPS runs of BENCH_SECONDS). The two extensions are
+# built from their released sources and installed into the server by
+# scripts/bench-peers.sh (sources: LEAF_ID_PEER_SNOWFLAKE_SRC,
+# LEAF_ID_PEER_UUIDV7_SRC, a directory or tarball; else
+# target/peers/<name>-<version>.tar.gz; else a download from GitHub); one
+# that cannot be had or built is skipped with a SKIP line here and in the
+# report. snowflake.node = 1 is set in the cluster when pgEdge snowflake is
+# there.
+#
+# Section tags: one session drawing IDs from 1, 2, 64 and 1,000 tags in turn
+# (BENCH_TAG_COUNTS, "1 2 64 1000"), BENCH_TAG_N (1000000 / 200000) IDs per
+# query, BENCH_PEER_REPS runs. With it the cluster gets leaf_id.max_tags =
+# 4096 for the whole run (the default 1024, shared by 16 databases, holds
+# fewer than 1,000 tags in one database).
 #
 # Section 7 (multinode) runs on Citus: three more servers of its own in
 # target/bench-citus (ports BENCH_MN_PORT, +1, +2; default BENCH_PORT + 1),
@@ -37,7 +60,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 START=$(date +%s)
 # the command line printed in the report: the BENCH_* variables the caller set
-BENCH_COMMAND=$(env | grep -E '^BENCH_(QUICK|N|SECONDS|REPS|BULK_REPS|INSERT_ROWS|CLIENTS|BATCH|RT_CLIENTS|REFILL_CLIENTS|REFILL_BATCH|REFILL_STEPS|SEG_STEP|SECTIONS|PORT|MN_SECONDS|MN_REPS|MN_CLIENTS|MN_PORT|BATCH_N|BATCH_CALL)=' \
+BENCH_COMMAND=$(env | grep -E '^BENCH_(QUICK|N|SECONDS|REPS|BULK_REPS|INSERT_ROWS|CLIENTS|BATCH|RT_CLIENTS|REFILL_CLIENTS|REFILL_BATCH|REFILL_STEPS|SEG_STEP|SECTIONS|PORT|MN_SECONDS|MN_REPS|MN_CLIENTS|MN_PORT|BATCH_N|BATCH_CALL|PEER_N|PEER_REPS|PEER_CLIENTS|PEER_BATCH|TAG_N|TAG_COUNTS)=' \
   | sort | sed -E "s/^([A-Z_]+)=(.*)$/\1='\2'/; s/='([A-Za-z0-9_.]+)'$/=\1/" | tr '\n' ' ' || true)
 export BENCH_COMMAND="${BENCH_COMMAND}${PG_MAJOR:+PG_MAJOR=$PG_MAJOR }bash scripts/bench.sh"
 export BENCH_PORT=${BENCH_PORT:-28870}
@@ -74,6 +97,7 @@ elif [[ " ${BENCH_SECTIONS:-multinode} " == *" multinode "* ]]; then
   [ -z "$CITUS_SKIP" ] || echo "== SKIP: section 7 (many nodes, Citus) will NOT RUN: $CITUS_SKIP"
 fi
 export BENCH_CITUS_SKIP=$CITUS_SKIP
+SECTIONS=" ${BENCH_SECTIONS:-bulk scaling roundtrip insert refill batch peers tags profile multinode} "
 
 . scripts/cluster.sh
 DATA=$ROOT/target/bench-cluster$PG_SUFFIX
@@ -85,6 +109,24 @@ cluster_init "$DATA" "$BENCH_PORT"
 cat scripts/bench-settings.conf >> "$DATA/postgresql.conf"
 rm -rf "$WORK"
 mkdir -p "$WORK"
+# the peers section's extensions, built and installed only when it runs
+export BENCH_PEERS_FILE=
+if [[ $SECTIONS == *" peers "* ]]; then
+  echo "== peers (scripts/bench-peers.sh), PostgreSQL $PG_MAJOR"
+  BENCH_PEERS_FILE=$WORK/peers.txt
+  bash scripts/bench-peers.sh "$BENCH_PEERS_FILE"
+  while read -r status name version reason; do
+    if [ "$status" = skip ]; then echo "== SKIP: peer $name $version will NOT RUN: $reason"; fi
+  done <"$BENCH_PEERS_FILE"
+  # pgEdge snowflake's nextval() fails until its node is set (no preload needed)
+  if grep -q '^ok snowflake ' "$BENCH_PEERS_FILE"; then
+    echo "snowflake.node = 1" >> "$DATA/postgresql.conf"
+  fi
+fi
+# the tags section's 1,000 tags: more tag slots than the default for the whole run
+if [[ $SECTIONS == *" tags "* ]]; then
+  echo "leaf_id.max_tags = 4096" >> "$DATA/postgresql.conf"
+fi
 echo "== starting the benchmark cluster on port $BENCH_PORT"
 cluster_start "$DATA"
 # section 7's nodes stop themselves; this is for an interrupted run
@@ -103,6 +145,11 @@ mkdir -p docs
 "$PYTHON" scripts/bench_report.py "$WORK/results.json" "$REPORT" "$CHART"
 echo "== benchmarks done in ${BENCH_TOTAL_SECONDS} s: $REPORT, $CHART"
 [ -z "$CITUS_SKIP" ] || echo "== SKIP: section 7 (many nodes, Citus) NOT RUN: $CITUS_SKIP"
+if [ -n "$BENCH_PEERS_FILE" ]; then
+  while read -r status name version reason; do
+    if [ "$status" = skip ]; then echo "== SKIP: peer $name $version NOT RUN: $reason"; fi
+  done <"$BENCH_PEERS_FILE"
+fi
 errors=$("$PYTHON" -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["errors"]))' "$WORK/results.json")
 if [ "$errors" != "0" ]; then
   echo "bench: $errors measurement(s) failed; see \"Errors during the run\" in $REPORT" >&2

@@ -152,7 +152,8 @@ class Report:
                f"`docs/{SVG_NAME}` with `scripts/bench_report.py`. Sizes are environment variables: "
                "`BENCH_N`, `BENCH_SECONDS`, `BENCH_REPS`, `BENCH_BULK_REPS`, `BENCH_INSERT_ROWS`, `BENCH_CLIENTS`, `BENCH_BATCH`, "
                "`BENCH_RT_CLIENTS`, `BENCH_REFILL_CLIENTS`, `BENCH_REFILL_BATCH`, `BENCH_REFILL_STEPS`, "
-               "`BENCH_SEG_STEP`, and for section 7 `BENCH_MN_SECONDS`, `BENCH_MN_REPS`, `BENCH_MN_CLIENTS`, `BENCH_MN_PORT`; "
+               "`BENCH_SEG_STEP`, for the peers and tags sections `BENCH_PEER_N`, `BENCH_PEER_REPS`, `BENCH_PEER_CLIENTS`, "
+               "`BENCH_PEER_BATCH`, `BENCH_TAG_N`, `BENCH_TAG_COUNTS`, and for section 7 `BENCH_MN_SECONDS`, `BENCH_MN_REPS`, `BENCH_MN_CLIENTS`, `BENCH_MN_PORT`; "
                "`BENCH_QUICK=1` picks small defaults for a quick check, `BENCH_SECTIONS` picks sections.", "")
         self.w("## Machine", "", "| | |", "|---|---|",
                f"| CPU | {m['cpu']} ({m['cores']} cores as seen by the OS) |",
@@ -173,7 +174,9 @@ class Report:
         for k in sorted(st):
             if not k.startswith("leaf_id."):
                 self.w(f"| `{k}` | {st[k]} |")
-        self.w("", "leaf_id settings (all defaults; section 5 changes `leaf_id.max_step` for its pinned runs only):", "",
+        self.w("", "leaf_id settings (all defaults but `leaf_id.max_tags` when the tags section runs: 4096 for the whole "
+               "run; section 5 changes `leaf_id.max_step` for its pinned runs only, the peers section "
+               "`leaf_id.max_run_ahead_ms` for its run-ahead rows only):", "",
                "| setting | value |", "|---|---|")
         for k in sorted(st):
             if k.startswith("leaf_id."):
@@ -190,6 +193,12 @@ class Report:
                f"| 5. clients, IDs per transaction, tag steps | {p['refill_clients']}, {f(p['refill_batch'])}, "
                f"{', '.join(map(str, p['refill_steps']))} |",
                f"| step of tag `t` in `leaf_alloc` (`BENCH_SEG_STEP`) | {f(p['seg_step'])} |",
+               *([f"| peers: IDs per one-session query, its runs (`BENCH_PEER_N`, `BENCH_PEER_REPS`) | "
+                  f"{f(p['peer_n'])}, {p['peer_reps']} |",
+                  f"| peers: clients, IDs per statement (`BENCH_PEER_CLIENTS`, `BENCH_PEER_BATCH`) | "
+                  f"{p['peer_clients']}, {p['peer_batch']} |"] if "peer_n" in p else []),
+               *([f"| tags in turn: IDs per query, numbers of tags (`BENCH_TAG_N`, `BENCH_TAG_COUNTS`) | "
+                  f"{f(p['tag_n'])}; {', '.join(map(str, p['tag_counts']))} |"] if "tag_n" in p else []),
                "| pgbench options | `-n -M prepared -c C -j C -T seconds` |", "")
         self.w("Competitors: `leaf_segment_next('t')`, `leaf_snowflake_next()`, `nextval('s1')` on a sequence "
                "`CACHE 1` (the default), `nextval('s1000')` on one `CACHE 1000`, `gen_random_uuid()`, an identity "
@@ -595,24 +604,137 @@ class Report:
             self.w(f"| {name} | {f(ns, 1)} | {pct(spread(runs))} | {ratio(ns, fl)} | {f(waits)} |")
         self.w("")
 
+    def ns_goal(self, title, ns, runs, ref, ref_runs, factor, limit):
+        """A goal of at most factor × ref ns per ID (runs, ref_runs: the repetitions, for the noise);
+        limit: what limits it, said on a miss."""
+        if ns and ref:
+            self.goal(title, f"{f(ns, 1)} vs {f(ref, 1)} ns per ID ({ns / ref:.2f}×)", factor * ref / ns,
+                      noise(runs, ref_runs), "" if ns <= factor * ref else limit)
+        else:
+            self.goal(title, "not measured")
+
     def batch_goals(self):
         fl, fl_runs = self.batch_ns("floor")
         for key, what in (("segment_one_call", "one call"), ("segment_calls", "calls of 1,000")):
             ns, runs = self.batch_ns(key)
-            title = f"Segment batch ({what}): per-ID cost within 1.2× of the loop floor (section 6)"
-            if ns and fl:
-                self.goal(title, f"{f(ns, 1)} vs {f(fl, 1)} ns per ID ({ns / fl:.2f}×)", 1.2 * fl / ns,
-                          noise(runs, fl_runs),
-                          "" if ns <= 1.2 * fl else "Each ID still passes through the set-returning function's "
-                          "tuplestore and the count, which the floor's generate_series also pays; the rest is the "
-                          "per-chunk call into the shared segment.")
-            else:
-                self.goal(title, "not measured")
+            self.ns_goal(f"Segment batch ({what}): per-ID cost within 1.2× of the loop floor (section 6)",
+                         ns, runs, fl, fl_runs, 1.2,
+                         "Each ID still passes through the set-returning function's tuplestore and the count, "
+                         "which the floor's generate_series also pays; the rest is the per-chunk call into the "
+                         "shared segment.")
+
+    # ------------------------------------------------------------ peers
+
+    def peer_ns_runs(self, key, form="one"):
+        """ns per ID of each one-session run of a peer (form "one")."""
+        return [r["us"] * 1000 / r["count"] for r in self.s.get("peers", {}).get(form, {}).get(key, []) if r.get("count")]
+
+    def peer_ids_runs(self, key):
+        return [r["ids_per_s"] for r in self.s.get("peers", {}).get("clients", {}).get(key, [])]
+
+    def peers(self):
+        pe = self.s.get("peers")
+        if pe is None:
+            return
+        n, c, b = self.p["peer_n"], self.p["peer_clients"], self.p["peer_batch"]
+        fl = med(self.peer_ns_runs("floor"))
+        ref_ns = med(self.peer_ns_runs("nextval_c1000"))
+        ref_net = ref_ns - fl if ref_ns is not None and fl is not None else None
+        ref_ids = med(self.peer_ids_runs("nextval_c1000"))
+        self.w("## Peers", "",
+               "leaf_id against what a user would pick instead, in the same run on the same cluster: "
+               "`nextval()` of a sequence `CACHE 1000`, `leaf_snowflake_next()` with the default settings and with "
+               "`leaf_id.max_run_ahead_ms = 1000` (set by `ALTER SYSTEM` and `pg_reload_conf()` for its runs only, "
+               "reset after), pgEdge snowflake's `snowflake.nextval()` (node 1, its default sequence), "
+               "pg_uuidv7's `uuid_generate_v7()` and `gen_random_uuid()`. The two extensions are built from their "
+               "released sources with PGXS and installed by `scripts/bench-peers.sh`.", "",
+               f"One session: `SELECT count(f) FROM generate_series(1, {n}) g` ({n:,} IDs) timed on the server as in "
+               f"section 1, median of {self.p['peer_reps']} runs (`BENCH_PEER_N`, `BENCH_PEER_REPS`); *net* is "
+               "that time less the same loop without a call (the floor row). "
+               f"{c} clients: pgbench, each statement drawing {b} IDs (`BENCH_PEER_CLIENTS`, `BENCH_PEER_BATCH`), "
+               f"median of {self.p['reps']} runs of {self.p['seconds']} s. Speed ratios: nextval CACHE 1000's time "
+               "(or IDs per second) against the competitor's, above 1 = faster than nextval.", "",
+               f"| competitor | one session, ns per ID | spread | net ns per ID | net speed vs nextval CACHE 1000 "
+               f"| {c} clients, M IDs/s | spread | speed vs nextval CACHE 1000 |",
+               "|---|---:|---:|---:|---:|---:|---:|---:|")
+        for key, label in self.peer_labels():
+            runs = self.peer_ns_runs(key)
+            ns = med(runs)
+            net = ns - fl if ns is not None and fl is not None and key != "floor" else None
+            ids = med(self.peer_ids_runs(key))
+            self.w(f"| {label} | {f(ns, 1)} | {pct(spread(runs))} | {f(net, 1)} | "
+                   f"{ratio(ref_net, net) if net and net > 0 else 'n/a'} | {f(ids and ids / 1e6, 2)} | "
+                   f"{pct(spread(self.peer_ids_runs(key)))} | {ratio(ids, ref_ids) if key != 'floor' else 'n/a'} |")
+        self.w("")
+        versions = pe.get("versions", {})
+        for name, sk in sorted(pe.get("skipped", {}).items()):
+            self.w(f"- **SKIPPED: peer {name} {sk.get('version', versions.get(name, ''))}**: {sk['reason']}")
+        if pe.get("skipped"):
+            self.w("")
+
+    def peer_labels(self):
+        """(key, label) of the peers this run measured, in the run's order."""
+        keys = list(self.s.get("peers", {}).get("one", {}))
+        return [(k, self.labels.get(f"peer_{k}", k)) for k in keys]
+
+    # ------------------------------------------------------------ tags in turn
+
+    def tag_ns_runs(self, k, form):
+        return [r["us"] * 1000 / r["count"] for r in self.s.get("tags", {}).get(str(k), {}).get(form, []) if r.get("count")]
+
+    def tag_net(self, k):
+        """(net ns per ID, its runs: each run's call less the floor's median) of k tags in turn."""
+        fl = med(self.tag_ns_runs(k, "floor"))
+        runs = [x - fl for x in self.tag_ns_runs(k, "call")] if fl is not None else []
+        return med(runs), runs
+
+    def tags(self):
+        t = self.s.get("tags")
+        if t is None:
+            return
+        n, counts = self.p["tag_n"], self.p["tag_counts"]
+        one, one_runs = self.tag_net(counts[0]) if counts else (None, [])
+        st = self.r.get("settings", {})
+        self.w("## Tags in turn", "",
+               "One session drawing IDs from several tags in turn, as an application inserting into several "
+               "tables with a tag each: `SELECT count(leaf_segment_next('tg' || (g % k))) FROM generate_series(1, "
+               f"{n}) g` ({n:,} IDs, `BENCH_TAG_N`), the tag name computed per row; the tags (step "
+               f"{self.p['seg_step']:,}) are created in `leaf_alloc` and loaded before, and each run starts with one "
+               "pass over them in the same session. *Net* is the time less the same query computing the tag name "
+               f"without the call (`count('tg' || (g % k))`, measured alongside). Medians of {self.p['peer_reps']} runs "
+               f"(`BENCH_PEER_REPS`). The goal: at most 1.5× one tag's net time for any number of tags. "
+               f"The 1,000 tags need more tag slots than the default: this run had `leaf_id.max_tags` = "
+               f"{st.get('leaf_id.max_tags', '?')} (scripts/bench.sh sets 4096 for the whole run when this section runs).", "",
+               "| tags | ns per ID | spread | floor, ns per ID | net ns per ID | vs one tag (net) | within 1.5× | "
+               "calls that waited for a refill | refills |",
+               "|---:|---:|---:|---:|---:|---:|---|---:|---:|")
+        for k in counts:
+            runs = self.tag_ns_runs(k, "call")
+            net, _ = self.tag_net(k)
+            rec = t.get(str(k), {}).get("call", [])
+            ok = "n/a" if not (net and one) else ("yes" if net <= 1.5 * one else "**no**")
+            self.w(f"| {k:,} | {f(med(runs), 1)} | {pct(spread(runs))} | {f(med(self.tag_ns_runs(k, 'floor')), 1)} | "
+                   f"{f(net, 1)} | {ratio(net, one)} | {ok} | {f(med([r['seg_waits'] for r in rec]))} | "
+                   f"{f(med([r['seg_refills'] for r in rec]))} |")
+        self.w("", "Waits and refills are medians per run, over all the tags of the row.", "")
+
+    def tags_goals(self):
+        t = self.s.get("tags")
+        if not t:
+            return
+        counts = self.p["tag_counts"]
+        one, one_runs = self.tag_net(counts[0])
+        for k in counts[1:]:
+            net, runs = self.tag_net(k)
+            self.ns_goal(f"{k:,} tags in turn: net time per ID at most 1.5× one tag's (Tags in turn)",
+                         net, runs, one, one_runs, 1.5,
+                         "See the profile of 64 tags in turn (the hot path) for what the time per ID is made of.")
 
     def goals_section(self):
         self.compute_goals()
         self.batch_goals()
         self.opaque_goals()
+        self.tags_goals()
         self.w("## Goals", "", "Checked against the medians below. A MISS is reported with what limits it, "
                "not tuned away. Each result gives how far the measured ratio is from the goal and the run-to-run "
                "noise of that comparison (the half-ranges over the repetitions of the two figures compared, "
@@ -761,8 +883,20 @@ class Report:
                "of the samples by library, then by symbol (those at 0.3% or more). `postgres` is the loop "
                "(`generate_series` materializing its rows, the aggregate, the executor's function call); "
                "`leaf_id.so` is the call itself, pgrx's wrapper included; the kernel's share is mostly "
-               "page faults on the memory the materialized rows fill (`clear_page`, `exc_page_fault`).", "",
-               "| library | share of samples |", "|---|---:|")
+               "page faults on the memory the materialized rows fill (`clear_page`, `exc_page_fault`).", "")
+        self.profile_tables(pr)
+        t64 = pr.get("tags64")
+        if t64:
+            self.w("### 64 tags in turn", "",
+                   f"The same, of one backend running `{t64['query']}`: IDs from 64 tags in turn, the tag name "
+                   "computed per row (section *Tags in turn*). Against the one-tag profile above, the difference is "
+                   "what alternating between tags costs: building the tag name per row (`int4mod`, the integer's "
+                   "output `pg_ultoa_n`, the concatenation `textcat`, which shows as `bytea_catenate`), and the "
+                   "call's lookup of the tag's slot (`TagCache::get`).", "")
+            self.profile_tables(t64)
+
+    def profile_tables(self, pr):
+        self.w("| library | share of samples |", "|---|---:|")
         for pct, name in pr["by_library"]:
             self.w(f"| `{name}` | {pct:.1f}% |")
         self.w("", "| library and symbol | share |", "|---|---:|")
@@ -782,6 +916,8 @@ class Report:
         self.uuidv7_section()
         self.refill()
         self.batch()
+        self.peers()
+        self.tags()
         self.profile()
         body = self.lines[body_start:]
         self.lines = self.lines[:body_start]

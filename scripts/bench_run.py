@@ -76,11 +76,20 @@ P = {
     "mn_clients": env_int("BENCH_MN_CLIENTS", 2, 2),
     "mn_port": env_int("BENCH_MN_PORT", env_int("BENCH_PORT", 28870, 28870) + 1,
                        env_int("BENCH_PORT", 28870, 28870) + 1),
-    "sections": env_str("BENCH_SECTIONS", "bulk scaling roundtrip insert refill batch profile multinode").split(),
+    # peers: IDs per one-session query, its repetitions (also the tags
+    # section's), pgbench clients and IDs per statement
+    "peer_n": env_int("BENCH_PEER_N", 1_000_000, 200_000),
+    "peer_reps": env_int("BENCH_PEER_REPS", 5, 3),
+    "peer_clients": env_int("BENCH_PEER_CLIENTS", 8, 8),
+    "peer_batch": env_int("BENCH_PEER_BATCH", 100, 100),
+    # tags in turn: IDs per query, numbers of tags
+    "tag_n": env_int("BENCH_TAG_N", 1_000_000, 200_000),
+    "tag_counts": [int(x) for x in env_str("BENCH_TAG_COUNTS", "1 2 64 1000").split()],
+    "sections": env_str("BENCH_SECTIONS", "bulk scaling roundtrip insert refill batch peers tags profile multinode").split(),
     "work": env_str("BENCH_WORK", os.path.join(ROOT, "target", "bench-work")),
 }
-if P["reps"] < 1 or P["bulk_reps"] < 1:
-    sys.exit("BENCH_REPS and BENCH_BULK_REPS must be at least 1")
+if P["reps"] < 1 or P["bulk_reps"] < 1 or P["peer_reps"] < 1:
+    sys.exit("BENCH_REPS, BENCH_BULK_REPS and BENCH_PEER_REPS must be at least 1")
 
 # Competitors that can be drawn in a SELECT: key, label, SQL expression.
 GENERATORS = [
@@ -96,6 +105,40 @@ GENERATORS = [
 if PG_MAJOR >= 18:
     GENERATORS.insert(5, ("uuidv7", "uuidv7()", "uuidv7()"))
 LABELS = {k: label for k, label, _ in GENERATORS}
+
+# The peers section: leaf_id against what a user would pick instead. key,
+# label, SQL expression, peer extension it needs (scripts/bench-peers.sh
+# built and installed it: BENCH_PEERS_FILE) or None, leaf_id setting to
+# reload for its runs or None. Its own keys, so that its medians never mix
+# with the other sections'.
+PEER_AHEAD = ("leaf_id.max_run_ahead_ms", "1000")
+PEERS = [
+    ("segment", "leaf_segment_next('t')", "leaf_segment_next('t')", None, None),
+    ("nextval_c1000", "nextval, CACHE 1000", "nextval('s1000')", None, None),
+    ("snowflake", "leaf_snowflake_next()", "leaf_snowflake_next()", None, None),
+    ("snowflake_ahead", "leaf_snowflake_next(), max_run_ahead_ms = 1000", "leaf_snowflake_next()", None, PEER_AHEAD),
+    ("pgedge_snowflake", "pgEdge snowflake 2.6.0: snowflake.nextval()", "snowflake.nextval()", "snowflake", None),
+    ("pg_uuidv7", "pg_uuidv7 1.6.0: uuid_generate_v7()", "uuid_generate_v7()", "pg_uuidv7", None),
+    ("uuid", "gen_random_uuid()", "gen_random_uuid()", None, None),
+    ("floor", "floor: count(g)", "g", None, None),
+]
+LABELS.update({f"peer_{k}": label for k, label, _, _, _ in PEERS})
+
+
+def peer_status():
+    """{name: (version, None when built and installed, else why not)} from
+    the file scripts/bench-peers.sh wrote (scripts/bench.sh: BENCH_PEERS_FILE)."""
+    path = os.environ.get("BENCH_PEERS_FILE", "")
+    out = {}
+    if path and os.path.exists(path):
+        with open(path) as fh:
+            for line in fh:
+                parts = line.rstrip("\n").split(" ", 3)
+                if len(parts) >= 3:
+                    out[parts[1]] = (parts[2], None if parts[0] == "ok" else (parts[3] if len(parts) > 3 else "skipped"))
+    for name in {x for _, _, _, x, _ in PEERS if x}:
+        out.setdefault(name, ("?", "scripts/bench-peers.sh did not run (run the section through scripts/bench.sh)"))
+    return out
 
 # One ID per round trip: the floor is SELECT 1.
 ROUNDTRIP = [(k, f"SELECT {e}" if k != "floor" else "SELECT 1") for k, _, e in GENERATORS]
@@ -163,10 +206,12 @@ def tagged(out, tag):
     raise BenchError(f"no '{tag}' line in psql output:\n{out[:600]}")
 
 
-def counters_sql(tag="t"):
-    return (f"(SELECT coalesce(sum(waits), 0) FROM leaf_segment_status WHERE tag = '{tag}'), "
-            f"(SELECT coalesce(sum(refills), 0) FROM leaf_segment_status WHERE tag = '{tag}'), "
-            f"(SELECT coalesce(max(dynamic_step), 0) FROM leaf_segment_status WHERE tag = '{tag}'), "
+def counters_sql(tag="t", op="="):
+    """The leaf_id counters of tag (op: "LIKE" for a pattern of tags)."""
+    w = f"tag {op} '{tag}'"
+    return (f"(SELECT coalesce(sum(waits), 0) FROM leaf_segment_status WHERE {w}), "
+            f"(SELECT coalesce(sum(refills), 0) FROM leaf_segment_status WHERE {w}), "
+            f"(SELECT coalesce(max(dynamic_step), 0) FROM leaf_segment_status WHERE {w}), "
             "(SELECT sequence_waits FROM leaf_snowflake_status)")
 
 
@@ -261,16 +306,27 @@ CREATE SEQUENCE s1000 CACHE 1000;
 
 # ---------------------------------------------------------------- 1. bulk
 
-def timed(q, before=""):
+def timed(q, before="", tag="t", op="="):
     """Run query q (a count) timed inside the server, after the SQL in
-    before: (microseconds, count, leaf_id counters before, after)."""
+    before: (microseconds, count, leaf_id counters of tag before, after)."""
     out = psql(before
-               + f"SELECT 'pre', {counters_sql()};\n"
+               + f"SELECT 'pre', {counters_sql(tag, op)};\n"
                + f"SELECT 'time', us, n FROM bench_time($q${q}$q$);\n"
-               + f"SELECT 'post', {counters_sql()};\n")
+               + f"SELECT 'post', {counters_sql(tag, op)};\n")
     us, cnt = float(tagged(out, "time")[0]), int(tagged(out, "time")[1])
     pre, post = [list(map(int, tagged(out, t))) for t in ("pre", "post")]
     return us, cnt, pre, post
+
+
+def one_session(where, expr, n):
+    """n IDs of expr in one query of one session, timed on the server after
+    1,000 warm-up IDs in the same session: a record of section 1's form."""
+    q = f"SELECT count({expr}) FROM generate_series(1, {n}) g"
+    us, cnt, pre, post = timed(q, f"SELECT 'warm', count({expr}) FROM generate_series(1, 1000) g;\n")
+    if cnt != n:
+        note_error(where, f"count was {cnt}, expected {n}")
+    return {"us": us, "count": cnt, "seg_waits": post[0] - pre[0],
+            "seg_refills": post[1] - pre[1], "seg_step_after": post[2], "sf_waits": post[3] - pre[3]}
 
 
 def bench_bulk():
@@ -278,13 +334,9 @@ def bench_bulk():
     res = {k: [] for k, _, _ in GENERATORS}
     for rep in range(P["bulk_reps"]):
         for key, _, expr in rotated(GENERATORS, rep):
-            q = f"SELECT count({expr}) FROM generate_series(1, {n}) g"
             try:
-                us, cnt, pre, post = timed(q, f"SELECT 'warm', count({expr}) FROM generate_series(1, 1000) g;\n")
-                if cnt != n:
-                    note_error(f"bulk {key} rep {rep + 1}", f"count was {cnt}, expected {n}")
-                rec = {"us": us, "count": cnt, "seg_waits": post[0] - pre[0],
-                       "seg_refills": post[1] - pre[1], "seg_step_after": post[2], "sf_waits": post[3] - pre[3]}
+                rec = one_session(f"bulk {key} rep {rep + 1}", expr, n)
+                us = rec["us"]
                 if key == "snowflake":
                     rec.update(snowflake_span(n))
                 res[key].append(rec)
@@ -614,6 +666,133 @@ def bench_batch():
     return res
 
 
+# ---------------------------------------------------------------- peers
+
+def reload_setting(name, value):
+    """ALTER SYSTEM SET name = value (None: RESET), reload, and wait until a
+    new session reads the new value (the postmaster applies a reload
+    asynchronously); after 30 s the run fails."""
+    if value is None:
+        psql(f"ALTER SYSTEM RESET {name}; SELECT pg_reload_conf();")
+        want = psql(f"SELECT boot_val FROM pg_settings WHERE name = '{name}';").strip()
+    else:
+        psql(f"ALTER SYSTEM SET {name} = {value}; SELECT pg_reload_conf();")
+        want = str(value)
+    deadline = time.time() + 30
+    while True:
+        got = psql(f"SELECT setting FROM pg_settings WHERE name = '{name}';").strip()
+        if got == want:
+            return
+        if time.time() > deadline:
+            raise BenchError(f"{name} is still {got} 30 s after the reload (expected {want})")
+        time.sleep(0.05)
+
+
+def bench_peers():
+    """leaf_id against what a user would pick instead, in the same run: one
+    session (ns per ID, net of the same loop without a call: the floor) and
+    peer_clients pgbench clients drawing peer_batch IDs per statement. A peer
+    extension that scripts/bench-peers.sh could not build is skipped, and the
+    results say why."""
+    status = peer_status()
+    skipped = {name: {"version": v, "reason": why} for name, (v, why) in status.items() if why}
+    for name, (v, why) in sorted(status.items()):
+        if why is None:
+            try:
+                psql(f"CREATE EXTENSION IF NOT EXISTS {name};")
+            except BenchError as e:
+                skipped[name] = {"version": v, "reason": f"CREATE EXTENSION {name} failed: {str(e).splitlines()[0]}"}
+    for name, sk in sorted(skipped.items()):
+        log(f"== SKIP: peer {name} {sk['version']}: {sk['reason']}")
+    peers = [x for x in PEERS if x[3] is None or x[3] not in skipped]
+    n, b, c = P["peer_n"], P["peer_batch"], P["peer_clients"]
+    res = {"one": {k: [] for k, *_ in peers}, "clients": {k: [] for k, *_ in peers}, "skipped": skipped,
+           "versions": {name: v for name, (v, why) in status.items()}}
+
+    def with_setting(setting, run):
+        if setting:
+            reload_setting(*setting)
+        try:
+            return run()
+        finally:
+            if setting:
+                reload_setting(setting[0], None)
+
+    for rep in range(P["peer_reps"]):
+        for key, _, expr, _, setting in rotated(peers, rep):
+            try:
+                rec = with_setting(setting, lambda: one_session(f"peers {key} rep {rep + 1}", expr, n))
+                res["one"][key].append(rec)
+                log(f"peers rep {rep + 1} one session {key:17s} {rec['us'] * 1000 / n:8.1f} ns/ID")
+            except (BenchError, subprocess.TimeoutExpired) as e:
+                note_error(f"peers one session {key} rep {rep + 1}", str(e))
+    for rep in range(P["reps"]):
+        for key, _, expr, _, setting in rotated(peers, rep):
+            try:
+                pre = counters()
+                r = with_setting(setting, lambda: pgbench(
+                    f"peer_{key}", f"SELECT count({expr}) FROM generate_series(1, {b}) g", c))
+                r.update(delta(pre, counters()))
+                r["ids_per_s"] = r["tps"] * b
+                res["clients"][key].append(r)
+                log(f"peers rep {rep + 1} {c} clients {key:17s} {r['ids_per_s'] / 1e6:8.3f} M IDs/s")
+            except (BenchError, subprocess.TimeoutExpired) as e:
+                note_error(f"peers {c} clients {key} rep {rep + 1}", str(e))
+    return res
+
+
+# ---------------------------------------------------------------- tags in turn
+
+TAG_PREFIX = "tg"
+
+
+def ensure_tags(k):
+    """Tags tg0 .. tg{k-1} in leaf_alloc (step BENCH_SEG_STEP), each loaded
+    once (its first refill): not part of any measurement."""
+    psql(f"INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, description) "
+         f"SELECT '{TAG_PREFIX}' || i, {P['seg_step']}, 'benchmark: tags in turn' FROM generate_series(0, {k - 1}) i "
+         "ON CONFLICT DO NOTHING;\n"
+         f"SELECT count({tags_call(k)}) FROM generate_series(1, {k}) g;")
+
+
+def tags_call(k):
+    """One ID of the tags tg0 .. tg{k-1} in turn, the tag computed per row."""
+    return f"leaf_segment_next('{TAG_PREFIX}' || (g % {k}))"
+
+
+def bench_tags():
+    """One session drawing IDs from k tags in turn (the tag computed in the
+    query), for each k of tag_counts: ns per ID, net of the same query
+    computing the tag name without the call."""
+    n = P["tag_n"]
+    res = {str(k): {"call": [], "floor": []} for k in P["tag_counts"]}
+    ready = []
+    for k in P["tag_counts"]:
+        try:
+            ensure_tags(k)
+            ready.append(k)
+        except BenchError as e:
+            note_error(f"tags {k}: creating and loading the tags", str(e))
+    cases = [(k, form) for k in ready for form in ("call", "floor")]
+    for rep in range(P["peer_reps"]):
+        for k, form in rotated(cases, rep):
+            expr = tags_call(k) if form == "call" else f"'{TAG_PREFIX}' || (g % {k})"
+            # a warm pass: every tag once
+            warm = f"SELECT 'warm', count({expr}) FROM generate_series(1, {max(k, 1000)}) g;\n"
+            try:
+                us, cnt, pre, post = timed(f"SELECT count({expr}) FROM generate_series(1, {n}) g", warm,
+                                           tag=f"{TAG_PREFIX}%", op="LIKE")
+                if cnt != n:
+                    note_error(f"tags {k} {form} rep {rep + 1}", f"count was {cnt}, expected {n}")
+                res[str(k)][form].append({"us": us, "count": cnt, "seg_waits": post[0] - pre[0],
+                                          "seg_refills": post[1] - pre[1]})
+                log(f"tags rep {rep + 1} {k:5d} tags {form:5s} {us * 1000 / n:8.1f} ns/ID"
+                    f"  waits {post[0] - pre[0]}  refills {post[1] - pre[1]}")
+            except (BenchError, subprocess.TimeoutExpired) as e:
+                note_error(f"tags {k} {form} rep {rep + 1}", str(e))
+    return res
+
+
 # ---------------------------------------------------------------- 7. many nodes
 
 def bench_multinode():
@@ -623,38 +802,32 @@ def bench_multinode():
     return bench_multinode.run(sys.modules[__name__])
 
 
-def bench_profile():
-    """What one session's leaf_segment_next('t') is made of: perf samples
-    (the cpu-clock event, 5 kHz) of one backend drawing n IDs in one query,
-    by library and by symbol. Without perf (Debian's linux-perf) or its
-    permission, an error note says so."""
-    n = P["n"]
-    perf = shutil.which("perf")
-    if not perf:
-        note_error("profile", "perf is not installed (Debian: linux-perf)")
-        return {}
-    data = os.path.join(P["work"], "profile.data")
+def perf_profile(perf, name, expr, n):
+    """perf samples (the cpu-clock event, 5 kHz) of one backend drawing n
+    IDs of expr in one query, by library and by symbol."""
+    data = os.path.join(P["work"], re.sub(r"\W+", "_", name) + ".data")
     s = subprocess.Popen([f"{PGBIN}/psql", "-X", "-q", "-At", *conn_args(), "-d", P["db"]],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    query = f"SELECT count({expr}) FROM generate_series(1, {n}) g"
     try:
         s.stdin.write("SELECT pg_backend_pid();\n")
         s.stdin.flush()
         pid = int(s.stdout.readline())
-        s.stdin.write("SELECT count(leaf_segment_next('t')) FROM generate_series(1, 1000) g;\n")
+        s.stdin.write(f"SELECT count({expr}) FROM generate_series(1, 1000) g;\n")
         s.stdin.flush()
         s.stdout.readline()
         rec = subprocess.Popen([perf, "record", "-F", "5000", "-o", data, "-p", str(pid)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         time.sleep(0.5)
-        s.stdin.write(f"SELECT count(leaf_segment_next('t')) FROM generate_series(1, {n}) g;\n")
+        s.stdin.write(query + ";\n")
         s.stdin.flush()
         got = s.stdout.readline().strip()
         rec.send_signal(signal.SIGINT)
         _, err = rec.communicate(timeout=60)
         if got != str(n):
-            note_error("profile", f"count was {got!r}, expected {n}")
+            note_error(name, f"count was {got!r}, expected {n}")
         if rec.returncode not in (0, -signal.SIGINT) or not os.path.exists(data):
-            note_error("profile", f"perf record failed (exit {rec.returncode}): {err.strip()[-400:]}")
+            note_error(name, f"perf record failed (exit {rec.returncode}): {err.strip()[-400:]}")
             return {}
     finally:
         s.stdin.close()
@@ -669,8 +842,28 @@ def bench_profile():
             if m:
                 rows.append([float(m.group(1)), re.sub(r"\s{2,}", "  ", m.group(2))])
         return rows
-    return {"n": n, "by_library": report("dso"), "by_symbol": report("dso,sym")[:30],
+    return {"n": n, "query": query, "by_library": report("dso"), "by_symbol": report("dso,sym")[:30],
             "perf_version": subprocess.run([perf, "--version"], capture_output=True, text=True).stdout.strip()}
+
+
+def bench_profile():
+    """What one session's leaf_segment_next('t') is made of, and the same
+    with 64 tags in turn (the key "tags64"): perf samples of one backend
+    drawing n IDs in one query, by library and by symbol. Without perf
+    (Debian's linux-perf) or its permission, an error note says so."""
+    perf = shutil.which("perf")
+    if not perf:
+        note_error("profile", "perf is not installed (Debian: linux-perf)")
+        return {}
+    res = perf_profile(perf, "profile", "leaf_segment_next('t')", P["n"])
+    try:
+        ensure_tags(64)
+        tags64 = perf_profile(perf, "profile 64 tags", tags_call(64), P["n"])
+        if tags64:
+            res["tags64"] = tags64
+    except BenchError as e:
+        note_error("profile 64 tags", str(e))
+    return res
 
 
 def main():
@@ -685,7 +878,8 @@ def main():
                "machine": machine_info(), "settings": server_settings(), "sections": {}, "load": {}}
     sections = {"bulk": bench_bulk, "scaling": bench_scaling, "roundtrip": bench_roundtrip,
                 "insert": bench_insert, "refill": bench_refill, "batch": bench_batch,
-                "profile": bench_profile, "multinode": bench_multinode}
+                "peers": bench_peers, "tags": bench_tags, "profile": bench_profile,
+                "multinode": bench_multinode}
     for name in P["sections"]:
         if name not in sections:
             sys.exit(f"unknown section {name}")
