@@ -8,9 +8,10 @@ use crate::errors::code_of;
 use crate::runtime::bgworker::WorkerContext;
 use crate::runtime::clock::unix_us;
 use crate::runtime::job::{JobError, explain_unreachable, spi_err};
-use crate::runtime::shmem::{TagStatus, data_dir};
+use crate::runtime::shmem::{TagSlot, TagStatus, data_dir};
 use crate::runtime::transaction::in_transaction;
 use crate::runtime::worker_sql as sql;
+use crate::segment::opaque::Domain;
 use crate::segment::range_plan::Tuning;
 use crate::segment::refill::{
     Durability, RefillConfig, Reserved, encoding_changed, lock_tag_row, read_tuned_step,
@@ -272,19 +273,45 @@ impl SegmentJobs {
         }
     }
 
-    /// One refill of one slot, if it still needs one.
+    /// One refill of one slot, if it still needs one: take it on, reserve
+    /// a range (from leaf_alloc, or from this server's reserve on Citus),
+    /// publish it or the error to the slot, remember how it went.
     fn refill(&mut self, ctx: &mut WorkerContext, i: usize) {
+        let Some(job) = self.take_on(ctx, i) else {
+            return;
+        };
+        let (result, attempt) = self.reserve_range(ctx, &job);
+        // (again for a segment from the reserve, which has no transaction)
+        let result = match result {
+            Ok(r) if job.encoding.is_some_and(|e| e != r.encoding) => {
+                Err(encoding_changed(&job.tag))
+            }
+            other => other,
+        };
+        publish(ctx, &job, &result, attempt.draw_role_seen);
+        match result {
+            Ok(r) => self.remember_refill(&job, &r, attempt.tuning, attempt.known_step),
+            Err(e) => {
+                ctx.note(&e);
+                self.back_off(&job, &e);
+            }
+        }
+        ctx.sh.broadcast(ctx.db);
+    }
+
+    /// The slot's refill, taken on (its `refill_in_flight` set) if the slot
+    /// is still this database's, its tag known, and a segment of its pair
+    /// empty.
+    fn take_on(&self, ctx: &WorkerContext, i: usize) -> Option<RefillJob> {
         let sh = ctx.sh;
         let slot = sh.tag(i);
         let (target, tag, epoch) = {
             let _g = sh.lock_tag(i);
             if slot.dboid.load(SeqCst) != ctx.dboid || slot.status() == TagStatus::Missing {
-                return;
+                return None;
             }
             slot.refill_requested.store(false, SeqCst);
-            let Some(target) = slot.pair.refill_target() else {
-                return;
-            };
+            let target = slot.pair.refill_target()?;
             slot.refill_in_flight.store(true, SeqCst);
             (target, slot.tag(), slot.epoch.load(SeqCst))
         };
@@ -295,219 +322,172 @@ impl SegmentJobs {
                 elapsed: at.elapsed(),
                 ..*p
             });
-        let reserved_end = sh.reserved_end(ctx.dboid, &tag);
-        // within the slot's epoch every segment has one encoding (a row
-        // deleted and inserted again with another domain in this server
-        // lifetime: the epoch's first IDs were issued under the old one).
-        // Only this worker sets it; the refill checks it before it writes.
-        let slot_encoding = slot.encoding.get();
-        let mut tuning = false;
-        let mut known_step = previous.map(|p| p.step);
-        let kept = self.kept_reserve(ctx.dboid);
-        let reserve_first = self
-            .citus_failed_at
-            .is_some_and(|t| t.elapsed() < RESERVE_FIRST_FOR);
-        // a reserve that cannot serve (used up, or its file not written)
-        // leaves the refill to Citus
-        let from_reserve_first = if reserve_first {
-            match self.from_reserve(ctx.dboid, &tag, known_step) {
-                Some(Err(e)) => {
-                    warn_reserve_failed(&tag, &e);
-                    None
-                }
-                got => got,
-            }
-        } else {
-            None
+        Some(RefillJob {
+            slot: i,
+            target,
+            reserved_end: sh.reserved_end(ctx.dboid, &tag),
+            tag,
+            epoch,
+            // within the slot's epoch every segment has one encoding (a row
+            // deleted and inserted again with another domain in this server
+            // lifetime: the epoch's first IDs were issued under the old one).
+            // Only this worker sets it; the refill checks it before it writes.
+            encoding: slot.encoding.get(),
+            previous,
+        })
+    }
+
+    /// The job's range: from leaf_alloc, or on Citus from this server's
+    /// reserve while refills through Citus fail (first, for a while after
+    /// one failed; or instead of one that just failed).
+    fn reserve_range(
+        &mut self,
+        ctx: &WorkerContext,
+        job: &RefillJob,
+    ) -> (Result<Reserved, JobError>, Attempt) {
+        let mut attempt = Attempt {
+            known_step: job.previous.map(|p| p.step),
+            tuning: false,
+            draw_role_seen: None,
         };
-        let served_by_reserve = from_reserve_first.is_some();
-        // who may draw the tag, once its row was read: also for a refill
-        // refused after that (a Postgres error too, which unwinds)
-        let mut draw_role_seen = None;
-        let result = from_reserve_first.unwrap_or_else(|| {
-            in_transaction(|schema, catalog| {
-                tuning = catalog.has_tuning();
-                let tuned = match previous {
-                    None if tuning => read_tuned_step(schema, &tag)?,
-                    _ => None,
-                };
-                known_step = known_step.or(tuned);
-                let cfg = RefillConfig {
-                    schema,
-                    catalog,
-                    dboid: ctx.dboid,
-                    tag: &tag,
-                    reserved_end,
-                    tuning: Tuning {
-                        policy: Self::policy(),
-                        previous,
-                        tuned,
-                    },
-                    kept: &kept,
-                    slot_encoding,
-                };
-                let locked = lock_tag_row(&cfg)?;
-                draw_role_seen = Some(locked.draw_role);
-                let r = reserve(&cfg, &locked)?;
-                // remembered before the commit makes the range usable: if the
-                // commit fails the mark only leaves a gap
-                // (durable where this transaction records r.end in the
-                // tag's leaf_alloc_encoding row: catalog 0.5.0 on)
-                remember_reserved(ctx.dboid, &tag, r.end, Durability::of(catalog))?;
-                Ok(r)
-            })
-            .map_err(|e| explain_unreachable(e, &format!("refill tag \"{tag}\""), "leaf_alloc"))
-        });
-        if !served_by_reserve && kept.has_tag(&tag) {
+        let kept = self.kept_reserve(ctx.dboid);
+        if let Some(r) = self.reserve_first(ctx.dboid, &job.tag, attempt.known_step) {
+            return (Ok(r), attempt);
+        }
+        let result = reserve_in_table(ctx, job, &kept, &mut attempt);
+        if kept.has_tag(&job.tag) {
             // the refill may have written the file (a dropped reserve of
             // the tag) and then failed: the file is the truth
             self.reserve = None;
         }
         let result = match result {
             Ok(r) => {
-                if !served_by_reserve {
-                    crate::settings::fault_point("after_refill_commit");
-                    if self.citus_failed_at.take().is_some() {
-                        pgrx::log!("leaf_id: refills through Citus work again");
-                    }
-                    self.keep_extra(ctx.dboid, &tag, &r);
+                crate::settings::fault_point("after_refill_commit");
+                if self.citus_failed_at.take().is_some() {
+                    pgrx::log!("leaf_id: refills through Citus work again");
                 }
+                self.keep_extra(ctx.dboid, &job.tag, &r);
                 Ok(r)
             }
-            // a node unreachable, or its refill holding the shard: the
-            // reserve serves (its IDs are this server's alone)
-            Err(e) if !served_by_reserve && reserve_may_serve(&e) => {
-                match self.from_reserve(ctx.dboid, &tag, known_step) {
-                    Some(Ok(r)) => {
-                        if self.citus_failed_at.replace(Instant::now()).is_none() {
-                            pgrx::log!(
-                                "leaf_id: a refill through Citus failed ({}); refills come from this server's reserve",
-                                e.message
-                            );
-                        }
-                        Ok(r)
-                    }
-                    Some(Err(reserve_error)) => {
-                        warn_reserve_failed(&tag, &reserve_error);
-                        Err(e)
-                    }
+            Err(e) if reserve_may_serve(&e) => {
+                match self.reserve_instead(ctx.dboid, &job.tag, attempt.known_step, &e) {
+                    Some(r) => Ok(r),
                     None => Err(e),
                 }
             }
             Err(e) => Err(e),
         };
-        // (again for a segment from the reserve, which has no transaction)
-        let result = match result {
-            Ok(r) if slot_encoding.is_some_and(|e| e != r.encoding) => Err(encoding_changed(&tag)),
-            other => other,
-        };
-        {
-            let _g = sh.lock_tag(i);
-            slot.refill_in_flight.store(false, SeqCst);
-            if slot.epoch.load(SeqCst) == epoch {
-                match &result {
-                    Ok(r) => {
-                        if slot_encoding.is_none() {
-                            // set before the publish: a caller that takes
-                            // from the segment reads it after
-                            slot.encoding.set(r.encoding);
-                        }
-                        // (also before the publish: the caller that takes
-                        // from it checks it after its take)
-                        slot.draw_role.store(r.draw_role, SeqCst);
-                        // committed: only now may its IDs be handed out
-                        let published = slot.pair.publish(target, r.start, r.len);
-                        debug_assert!(published);
-                        // what callers asked for while it was in flight,
-                        // under this lock as they ask (a wait for an empty
-                        // pair, the 10% mark of the segment this fills
-                        // the other of), is answered: another request
-                        // would reserve the next segment at once
-                        slot.refill_requested.store(false, SeqCst);
-                        slot.dynamic_step.store(r.step, SeqCst);
-                        slot.table_step.store(r.table_step, SeqCst);
-                        slot.refills.fetch_add(1, SeqCst);
-                        slot.contention.store(false, SeqCst);
-                        slot.last_refill_us.store(unix_us(), SeqCst);
-                        slot.status.store(TagStatus::Active as u32, SeqCst);
-                    }
-                    Err(e) if e.sqlstate == code_of(PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT) => {
-                        slot.pair.retire();
-                        slot.status.store(TagStatus::Missing as u32, SeqCst);
-                        slot.error.set(e.sqlstate, &e.message);
-                    }
-                    // a refill canceled or ended by the worker's own
-                    // lock_timeout is retried (the waiting callers ask at
-                    // once; a prefetch after FIRST_RETRY): the callers wait
-                    // on for it, up to their timeout, which then says so
-                    Err(e) if e.is_contention() => slot.contention.store(true, SeqCst),
-                    Err(e) => {
-                        // (the callers that may not draw the tag get 42501
-                        // instead of the error)
-                        if let Some(role) = draw_role_seen {
-                            slot.draw_role.store(role, SeqCst);
-                        }
-                        let (code, message) = e.for_callers();
-                        slot.error.set(code, &message)
-                    }
-                }
+        (result, attempt)
+    }
+
+    /// A segment from the reserve while refills go to it first (a refill
+    /// through Citus failed less than `RESERVE_FIRST_FOR` ago). A reserve
+    /// that cannot serve (used up, or its file not written) leaves the
+    /// refill to Citus.
+    fn reserve_first(
+        &mut self,
+        dboid: u32,
+        tag: &str,
+        known_step: Option<i64>,
+    ) -> Option<Reserved> {
+        let first = self
+            .citus_failed_at
+            .is_some_and(|t| t.elapsed() < RESERVE_FIRST_FOR);
+        if !first {
+            return None;
+        }
+        match self.from_reserve(dboid, tag, known_step)? {
+            Ok(r) => Some(r),
+            Err(e) => {
+                warn_reserve_failed(tag, &e);
+                None
             }
         }
-        match result {
+    }
+
+    /// A node unreachable, or its refill holding the shard (`e`): a segment
+    /// from the reserve instead (its IDs are this server's alone), if it
+    /// has one.
+    fn reserve_instead(
+        &mut self,
+        dboid: u32,
+        tag: &str,
+        known_step: Option<i64>,
+        e: &JobError,
+    ) -> Option<Reserved> {
+        match self.from_reserve(dboid, tag, known_step)? {
             Ok(r) => {
-                if tuning && known_step != Some(r.step) {
-                    save_tuned_step(&tag, r.step);
-                }
-                if self.failed.remove(&(i, epoch)).is_some() {
-                    pgrx::log!("leaf_id: refill of tag \"{}\" works again", tag);
-                }
-                self.previous.insert(
-                    (i, epoch),
-                    (
-                        PreviousRefill {
-                            step: r.step,
-                            table_step: r.table_step,
-                            elapsed: Duration::ZERO,
-                        },
-                        Instant::now(),
-                    ),
-                );
-            }
-            Err(e) => {
-                ctx.note(&e);
-                let now = Instant::now();
-                let log = match self.failed.get_mut(&(i, epoch)) {
-                    Some(b) => {
-                        b.delay = (b.delay * 2).min(MAX_RETRY);
-                        b.retry_at = now + b.delay;
-                        let due = b.last_logged.elapsed() >= LOG_EVERY;
-                        if due {
-                            b.last_logged = now;
-                        }
-                        due
-                    }
-                    None => {
-                        self.failed.insert(
-                            (i, epoch),
-                            Backoff {
-                                retry_at: now + FIRST_RETRY,
-                                delay: FIRST_RETRY,
-                                last_logged: now,
-                            },
-                        );
-                        true
-                    }
-                };
-                if log {
-                    pgrx::warning!(
-                        "leaf_id: refill of tag \"{}\" failed: {} (retried with backoff)",
-                        tag,
+                if self.citus_failed_at.replace(Instant::now()).is_none() {
+                    pgrx::log!(
+                        "leaf_id: a refill through Citus failed ({}); refills come from this server's reserve",
                         e.message
                     );
                 }
+                Some(r)
+            }
+            Err(reserve_error) => {
+                warn_reserve_failed(tag, &reserve_error);
+                None
             }
         }
-        sh.broadcast(ctx.db);
+    }
+
+    /// After a published refill: its step, for the next one's (and the
+    /// table's tuned step when it changed), and the end of its backoff.
+    fn remember_refill(
+        &mut self,
+        job: &RefillJob,
+        r: &Reserved,
+        tuning: bool,
+        known_step: Option<i64>,
+    ) {
+        if tuning && known_step != Some(r.step) {
+            save_tuned_step(&job.tag, r.step);
+        }
+        let key = (job.slot, job.epoch);
+        if self.failed.remove(&key).is_some() {
+            pgrx::log!("leaf_id: refill of tag \"{}\" works again", job.tag);
+        }
+        let done = PreviousRefill {
+            step: r.step,
+            table_step: r.table_step,
+            elapsed: Duration::ZERO,
+        };
+        self.previous.insert(key, (done, Instant::now()));
+    }
+
+    /// After a failed refill: its prefetch is tried again after a delay
+    /// that doubles up to `MAX_RETRY`, and the failure is logged at most
+    /// every `LOG_EVERY`.
+    fn back_off(&mut self, job: &RefillJob, e: &JobError) {
+        let now = Instant::now();
+        let log = match self.failed.get_mut(&(job.slot, job.epoch)) {
+            Some(b) => {
+                b.delay = (b.delay * 2).min(MAX_RETRY);
+                b.retry_at = now + b.delay;
+                let due = b.last_logged.elapsed() >= LOG_EVERY;
+                if due {
+                    b.last_logged = now;
+                }
+                due
+            }
+            None => {
+                let first = Backoff {
+                    retry_at: now + FIRST_RETRY,
+                    delay: FIRST_RETRY,
+                    last_logged: now,
+                };
+                self.failed.insert((job.slot, job.epoch), first);
+                true
+            }
+        };
+        if log {
+            pgrx::warning!(
+                "leaf_id: refill of tag \"{}\" failed: {} (retried with backoff)",
+                job.tag,
+                e.message
+            );
+        }
     }
 
     /// Drop cached tags whose rows are gone from leaf_alloc.
@@ -554,6 +534,139 @@ impl SegmentJobs {
             .retain(|(i, epoch), _| sh.tag(*i).epoch.load(SeqCst) == *epoch);
         sh.broadcast(ctx.db);
     }
+}
+
+/// A refill the worker took on: the slot, which segment of its pair the
+/// range fills, and what the slot said when it was taken.
+struct RefillJob {
+    slot: usize,
+    target: usize,
+    tag: String,
+    epoch: u64,
+    /// The slot's encoding in its epoch (`None`: no segment yet).
+    encoding: Option<Option<Domain>>,
+    /// The tag's last refill by this worker, in this epoch.
+    previous: Option<PreviousRefill>,
+    /// This server's mark of the tag's reservations (`Shared::reserved_end`).
+    reserved_end: i64,
+}
+
+/// What a refill's reservation learned on the way to its range or error.
+struct Attempt {
+    /// The step of the tag's last refill: this worker's, or the table's
+    /// tuned step.
+    known_step: Option<i64>,
+    /// The catalog keeps tuned steps (`Catalog::has_tuning`).
+    tuning: bool,
+    /// Who may draw the tag, once its row was read: also for a refill
+    /// refused after that (a Postgres error too, which unwinds).
+    draw_role_seen: Option<u32>,
+}
+
+/// The job's range from leaf_alloc, in a transaction of its own. The mark
+/// of the reservation is remembered before the commit makes the range
+/// usable: if the commit fails it only leaves a gap.
+fn reserve_in_table(
+    ctx: &WorkerContext,
+    job: &RefillJob,
+    kept: &Reserve,
+    attempt: &mut Attempt,
+) -> Result<Reserved, JobError> {
+    in_transaction(|schema, catalog| {
+        attempt.tuning = catalog.has_tuning();
+        let tuned = match job.previous {
+            None if attempt.tuning => read_tuned_step(schema, &job.tag)?,
+            _ => None,
+        };
+        attempt.known_step = attempt.known_step.or(tuned);
+        let cfg = RefillConfig {
+            schema,
+            catalog,
+            dboid: ctx.dboid,
+            tag: &job.tag,
+            reserved_end: job.reserved_end,
+            tuning: Tuning {
+                policy: SegmentJobs::policy(),
+                previous: job.previous,
+                tuned,
+            },
+            kept,
+            slot_encoding: job.encoding,
+        };
+        let locked = lock_tag_row(&cfg)?;
+        attempt.draw_role_seen = Some(locked.draw_role);
+        let r = reserve(&cfg, &locked)?;
+        // (durable where this transaction records r.end in the tag's
+        // leaf_alloc_encoding row: catalog 0.5.0 on)
+        remember_reserved(ctx.dboid, &job.tag, r.end, Durability::of(catalog))?;
+        Ok(r)
+    })
+    .map_err(|e| explain_unreachable(e, &format!("refill tag \"{}\"", job.tag), "leaf_alloc"))
+}
+
+/// The refill's outcome, told to the slot if it is still in the job's
+/// epoch: the range published (only now may its IDs be handed out), the
+/// tag marked missing, contention noted (the refill is retried), or the
+/// error recorded for the callers.
+fn publish(
+    ctx: &WorkerContext,
+    job: &RefillJob,
+    result: &Result<Reserved, JobError>,
+    draw_role_seen: Option<u32>,
+) {
+    let slot = ctx.sh.tag(job.slot);
+    let _g = ctx.sh.lock_tag(job.slot);
+    slot.refill_in_flight.store(false, SeqCst);
+    if slot.epoch.load(SeqCst) != job.epoch {
+        return;
+    }
+    match result {
+        Ok(r) => publish_range(slot, job, r),
+        Err(e) if e.sqlstate == code_of(PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT) => {
+            slot.pair.retire();
+            slot.status.store(TagStatus::Missing as u32, SeqCst);
+            slot.error.set(e.sqlstate, &e.message);
+        }
+        // a refill canceled or ended by the worker's own lock_timeout is
+        // retried (the waiting callers ask at once; a prefetch after
+        // FIRST_RETRY): the callers wait on for it, up to their timeout,
+        // which then says so
+        Err(e) if e.is_contention() => slot.contention.store(true, SeqCst),
+        Err(e) => {
+            // (the callers that may not draw the tag get 42501 instead of
+            // the error)
+            if let Some(role) = draw_role_seen {
+                slot.draw_role.store(role, SeqCst);
+            }
+            let (code, message) = e.for_callers();
+            slot.error.set(code, &message)
+        }
+    }
+}
+
+/// A committed range into the slot's pair, under the slot's lock.
+fn publish_range(slot: &TagSlot, job: &RefillJob, r: &Reserved) {
+    if job.encoding.is_none() {
+        // set before the publish: a caller that takes from the segment
+        // reads it after
+        slot.encoding.set(r.encoding);
+    }
+    // (also before the publish: the caller that takes from it checks it
+    // after its take)
+    slot.draw_role.store(r.draw_role, SeqCst);
+    let published = slot.pair.publish(job.target, r.start, r.len);
+    debug_assert!(published);
+    // what callers asked for while it was in flight, under this lock as
+    // they ask (a wait for an empty pair, the 10% mark of the segment this
+    // fills the other of), is answered: another request would reserve the
+    // next segment at once
+    slot.refill_requested.store(false, SeqCst);
+    slot.dynamic_step.store(r.step, SeqCst);
+    slot.table_step.store(r.table_step, SeqCst);
+    slot.refills.fetch_add(1, SeqCst);
+    slot.contention.store(false, SeqCst);
+    slot.last_refill_us.store(unix_us(), SeqCst);
+    slot.status.store(TagStatus::Active as u32, SeqCst);
 }
 
 fn warn_reserve_failed(tag: &str, e: &JobError) {
