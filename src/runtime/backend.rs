@@ -136,6 +136,7 @@ pub fn ensure_worker(sh: &Shared, db: usize, role: Role) {
 }
 
 /// A deadline for waiting on the worker, from leaf_id.refill_timeout.
+#[derive(Clone, Copy)]
 pub struct Deadline(Instant);
 
 impl Deadline {

@@ -314,15 +314,7 @@ fn take_ids(
     mut looked_up: Option<(usize, u64)>,
     want: impl Fn(usize, u64, bool) -> u64,
 ) -> Take {
-    let mut deadline: Option<Deadline> = None;
-    // error count of the slot when this call first waited on it: a later
-    // error of the same (slot, epoch) is the answer to this call
-    let mut seen_error: Option<(usize, u64, u64)> = None;
-    let mut counted_wait = false;
-    // a 42704 answer to a first refill that another call asked for may
-    // come from a read of leaf_alloc before this call began (the tag
-    // inserted just before it): asked again once, with a slot of its own
-    let mut asked_again = false;
+    let mut waiting = Waiting::default();
     loop {
         let (i, epoch) = looked_up
             .take()
@@ -338,164 +330,244 @@ fn take_ids(
                 forget(tag);
                 continue;
             }
-            if deadline.is_some() {
-                backend::end_wait();
-            }
+            waiting.end();
             not_drawer(tag)
         }
-        // hot path: one fetch_add
         let want = want(i, epoch, slot.encoding.domain().is_some());
-        for _ in 0..STALE_TAKE_TRIES {
-            match slot.pair.take_many(want) {
-                TakeMany::Ids {
-                    first,
-                    count,
-                    crossed_threshold,
-                } => {
-                    // set before the segment was published; read before
-                    // the epoch check, which tells it was this tag's
-                    let encoding = slot.encoding.domain();
-                    if slot.epoch.load(SeqCst) != epoch {
-                        // the slot went to another tag meanwhile: not ours. The
-                        // buffer may accept a take begun before the retire for
-                        // the new tag's range (it names the current generation),
-                        // so this check is what keeps it from this tag's caller
-                        break;
-                    }
-                    // (stored before the publish, as the encoding)
-                    if !may_draw(slot) {
-                        if slot.epoch.load(SeqCst) != epoch {
-                            // not this tag's take: a gap
-                            break;
-                        }
-                        if deadline.is_some() {
-                            backend::end_wait();
-                        }
-                        not_drawer(tag)
-                    }
-                    if crossed_threshold {
-                        request_refill(sh, backend::my_db_slot(sh), i);
-                    }
-                    if deadline.is_some() {
-                        backend::end_wait();
-                    }
-                    return Take {
-                        first,
-                        count,
-                        encoding,
-                        slot: i,
-                        epoch,
-                    };
-                }
-                TakeMany::Stale => continue,
-                TakeMany::Exhausted => break,
-            }
+        if let Some(take) = take_at_hand(sh, tag, (i, epoch), want, &waiting) {
+            return take;
         }
-        // slow path (the database's slot looked up again: that of a
-        // database whose workers have left it may go to another one)
-        let db = backend::my_db_slot(sh);
-        let deadline = deadline.get_or_insert_with(Deadline::from_setting);
-        backend::prepare_wait(sh, db);
-        let guard = sh.lock_tag(i);
-        if slot.epoch.load(SeqCst) != epoch {
-            drop(guard);
-            forget(tag);
-            continue;
-        }
-        let error_seq = slot.error.seq.load(SeqCst);
-        let seen = match seen_error {
-            Some((si, se, seq)) if si == i && se == epoch => seq,
-            _ => {
-                seen_error = Some((i, epoch, error_seq));
-                error_seq
-            }
-        };
-        let missing = slot.status() == TagStatus::Missing;
-        if missing && error_seq == seen {
-            // found missing before this call asked: the row may be back
-            // since, so ask again with a fresh slot
-            drop(guard);
-            sh.free_tag(i, epoch);
-            forget(tag);
-            continue;
-        }
-        if error_seq != seen {
-            // the worker's answer to this call
-            let (code, message) = slot.error.get();
-            // who may read it: the role the worker stored with it (read
-            // before the slot may be given back below)
-            let draw_role = slot.draw_role.load(SeqCst);
-            // a slot that never had a segment (its first refill failed) is
-            // given back: the slots are shared by every database, and
-            // calls with tags that cannot be refilled (a Citus node down,
-            // a refill refused) must not keep them all
-            let never_served = missing || slot.status() == TagStatus::Loading;
-            drop(guard);
-            if never_served {
-                sh.free_tag(i, epoch);
-                forget(tag);
-                if !asked_again
-                    && code == crate::errors::code_of(PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT)
-                {
-                    asked_again = true;
-                    seen_error = None;
-                    continue;
-                }
-            }
+        wait_for_ids(sh, tag, (i, epoch), &mut waiting);
+    }
+}
+
+/// What a take that found no ID at hand keeps between its tries.
+#[derive(Default)]
+struct Waiting {
+    /// Set at the first wait: leaf_id.refill_timeout from then.
+    deadline: Option<Deadline>,
+    /// The (slot, epoch) this call first waited on, and its error count
+    /// then: a later error of the same (slot, epoch) is the answer to this
+    /// call.
+    seen_error: Option<(usize, u64, u64)>,
+    /// The wait is counted in the slot's `waits` (once per call).
+    counted_wait: bool,
+    /// A 42704 answer to a first refill that another call asked for may
+    /// come from a read of leaf_alloc before this call began (the tag
+    /// inserted just before it): asked again once, with a slot of its own.
+    asked_again: bool,
+}
+
+impl Waiting {
+    /// Ends the wait, if this call waited.
+    #[inline]
+    fn end(&self) {
+        if self.deadline.is_some() {
             backend::end_wait();
-            // (the error may tell of the row: for those who may draw it)
-            if draw_role != 0 && !has_privs_of(draw_role) {
-                not_drawer(tag)
-            }
-            raise_recorded(code, message);
         }
-        match slot.pair.on_exhausted() {
-            SlowPath::Retry => continue,
-            SlowPath::Switched => {
-                drop(guard);
-                request_refill(sh, db, i);
-                continue;
-            }
-            SlowPath::Wait => {
-                // asked under the tag's lock, as the worker publishes a
-                // refill and clears the request: a request is never left
-                // set by a caller that the publish already answered
-                slot.refill_requested.store(true, SeqCst);
-                drop(guard);
-                if !counted_wait {
-                    counted_wait = true;
-                    slot.waits.fetch_add(1, SeqCst);
-                }
-                backend::ensure_worker(sh, db, Role::Segment);
-                if deadline.passed() {
-                    backend::end_wait();
-                    let standby = standby_wait::waiting_for(db, backend::my_dboid(), Role::Segment);
-                    // (read with the epoch: another tag's contention is not this call's)
-                    let contention =
-                        slot.contention.load(SeqCst) && slot.epoch.load(SeqCst) == epoch;
-                    raise(
-                        PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
-                        if contention {
-                            format!(
-                                "timed out waiting for a refill of leaf_id tag \"{tag}\": {}",
-                                crate::runtime::job::CONTENTION_NOTE
-                            )
-                        } else if standby.is_empty() {
-                            format!("timed out waiting for a refill of leaf_id tag \"{tag}\"")
-                        } else {
-                            format!(
-                                "timed out waiting for a refill of leaf_id tag \"{tag}\": the worker's commit waits for {standby}"
-                            )
-                        },
-                        Some(
-                            "The leaf_id background worker did not reserve a new segment within leaf_id.refill_timeout; see the server log.",
-                        ),
-                    );
-                }
-                backend::wait(sh, db, deadline);
+    }
+
+    /// The error count of the slot when this call first waited on it.
+    fn seen_error_seq(&mut self, (i, epoch): (usize, u64), now: u64) -> u64 {
+        match self.seen_error {
+            Some((si, se, seq)) if (si, se) == (i, epoch) => seq,
+            _ => {
+                self.seen_error = Some((i, epoch, now));
+                now
             }
         }
     }
+}
+
+/// The hot path: one `fetch_add` on the slot's current segment, tried
+/// again while a publish changes the segment under it (at most
+/// `STALE_TAKE_TRIES` times). `None`: no ID at hand for this tag (its
+/// segments used up, or the slot went to another tag meanwhile).
+#[inline]
+fn take_at_hand(
+    sh: &Shared,
+    tag: &str,
+    (i, epoch): (usize, u64),
+    want: u64,
+    waiting: &Waiting,
+) -> Option<Take> {
+    let slot = sh.tag(i);
+    for _ in 0..STALE_TAKE_TRIES {
+        let (first, count, crossed_threshold) = match slot.pair.take_many(want) {
+            TakeMany::Ids {
+                first,
+                count,
+                crossed_threshold,
+            } => (first, count, crossed_threshold),
+            TakeMany::Stale => continue,
+            TakeMany::Exhausted => return None,
+        };
+        // set before the segment was published; read before the epoch
+        // check, which tells it was this tag's
+        let encoding = slot.encoding.domain();
+        if slot.epoch.load(SeqCst) != epoch {
+            // the slot went to another tag meanwhile: not ours. The buffer
+            // may accept a take begun before the retire for the new tag's
+            // range (it names the current generation), so this check is
+            // what keeps it from this tag's caller
+            return None;
+        }
+        // (stored before the publish, as the encoding)
+        if !may_draw(slot) {
+            if slot.epoch.load(SeqCst) != epoch {
+                // not this tag's take: a gap
+                return None;
+            }
+            waiting.end();
+            not_drawer(tag)
+        }
+        if crossed_threshold {
+            request_refill(sh, backend::my_db_slot(sh), i);
+        }
+        waiting.end();
+        return Some(Take {
+            first,
+            count,
+            encoding,
+            slot: i,
+            epoch,
+        });
+    }
+    None
+}
+
+/// What the worker recorded for the slot, read under the tag's lock.
+struct Recorded {
+    code: i32,
+    message: String,
+    /// Who may read it: the role the worker stored with it.
+    draw_role: u32,
+    /// The slot never had a segment (its first refill failed).
+    never_served: bool,
+}
+
+/// The slow path, under the tag's lock: the worker's answer to this call
+/// (raised), a switch to the other segment, or a request for a refill and
+/// a wait for it (up to leaf_id.refill_timeout, then 55P03). Returns when
+/// the take may be tried again (the database's slot is looked up again:
+/// that of a database whose workers have left it may go to another one).
+fn wait_for_ids(sh: &Shared, tag: &str, (i, epoch): (usize, u64), waiting: &mut Waiting) {
+    let slot = sh.tag(i);
+    let db = backend::my_db_slot(sh);
+    let deadline = *waiting.deadline.get_or_insert_with(Deadline::from_setting);
+    backend::prepare_wait(sh, db);
+    let guard = sh.lock_tag(i);
+    if slot.epoch.load(SeqCst) != epoch {
+        drop(guard);
+        forget(tag);
+        return;
+    }
+    let error_seq = slot.error.seq.load(SeqCst);
+    let seen = waiting.seen_error_seq((i, epoch), error_seq);
+    let missing = slot.status() == TagStatus::Missing;
+    if missing && error_seq == seen {
+        // found missing before this call asked: the row may be back
+        // since, so ask again with a fresh slot
+        drop(guard);
+        sh.free_tag(i, epoch);
+        forget(tag);
+        return;
+    }
+    if error_seq != seen {
+        // the worker's answer to this call (read before the slot may be
+        // given back)
+        let (code, message) = slot.error.get();
+        let recorded = Recorded {
+            code,
+            message,
+            draw_role: slot.draw_role.load(SeqCst),
+            never_served: missing || slot.status() == TagStatus::Loading,
+        };
+        drop(guard);
+        return answer_recorded(sh, tag, (i, epoch), recorded, waiting);
+    }
+    match slot.pair.on_exhausted() {
+        SlowPath::Retry => {}
+        SlowPath::Switched => {
+            drop(guard);
+            request_refill(sh, db, i);
+        }
+        SlowPath::Wait => {
+            // asked under the tag's lock, as the worker publishes a refill
+            // and clears the request: a request is never left set by a
+            // caller that the publish already answered
+            slot.refill_requested.store(true, SeqCst);
+            drop(guard);
+            if !waiting.counted_wait {
+                waiting.counted_wait = true;
+                slot.waits.fetch_add(1, SeqCst);
+            }
+            backend::ensure_worker(sh, db, Role::Segment);
+            if deadline.passed() {
+                backend::end_wait();
+                refill_timed_out(db, tag, slot, epoch)
+            }
+            backend::wait(sh, db, &deadline);
+        }
+    }
+}
+
+/// The worker's answer to this call, raised; or, for a slot that never
+/// had a segment, the slot given back (the slots are shared by every
+/// database, and calls with tags that cannot be refilled, a Citus node
+/// down or a refill refused, must not keep them all), and a first 42704
+/// asked again (`Waiting::asked_again`).
+fn answer_recorded(
+    sh: &Shared,
+    tag: &str,
+    (i, epoch): (usize, u64),
+    recorded: Recorded,
+    waiting: &mut Waiting,
+) {
+    if recorded.never_served {
+        sh.free_tag(i, epoch);
+        forget(tag);
+        let unknown = crate::errors::code_of(PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT);
+        if !waiting.asked_again && recorded.code == unknown {
+            waiting.asked_again = true;
+            waiting.seen_error = None;
+            return;
+        }
+    }
+    backend::end_wait();
+    // (the error may tell of the row: for those who may draw it)
+    if recorded.draw_role != crate::segment::draw_role::ANYONE && !has_privs_of(recorded.draw_role)
+    {
+        not_drawer(tag)
+    }
+    raise_recorded(recorded.code, recorded.message);
+}
+
+/// A call's wait for a refill ran out (leaf_id.refill_timeout): 55P03,
+/// saying what the worker waits for when it is known.
+#[cold]
+fn refill_timed_out(db: usize, tag: &str, slot: &TagSlot, epoch: u64) -> ! {
+    let standby = standby_wait::waiting_for(db, backend::my_dboid(), Role::Segment);
+    // (read with the epoch: another tag's contention is not this call's)
+    let contention = slot.contention.load(SeqCst) && slot.epoch.load(SeqCst) == epoch;
+    raise(
+        PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+        if contention {
+            format!(
+                "timed out waiting for a refill of leaf_id tag \"{tag}\": {}",
+                crate::runtime::job::CONTENTION_NOTE
+            )
+        } else if standby.is_empty() {
+            format!("timed out waiting for a refill of leaf_id tag \"{tag}\"")
+        } else {
+            format!(
+                "timed out waiting for a refill of leaf_id tag \"{tag}\": the worker's commit waits for {standby}"
+            )
+        },
+        Some(
+            "The leaf_id background worker did not reserve a new segment within leaf_id.refill_timeout; see the server log.",
+        ),
+    )
 }
 
 /// A tag this session looked up before, when `bytes` are its bytes: its
