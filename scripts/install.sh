@@ -15,8 +15,8 @@
 # distribution when one is missing. cargo-pgrx 0.18.1 is installed into
 # ~/.cargo when missing (scripts/deps.sh pgrx). The files go into
 # pg_config --pkglibdir (leaf_id.so) and --sharedir/extension (the control
-# file, the install script, and the install and upgrade scripts of earlier
-# versions, sql/leaf_id--*.sql): directories of root, so run it as root.
+# file, the install script, and the first version's install script with the
+# chain of update scripts, sql/leaf_id--*.sql): directories of root, so run it as root.
 # Files are replaced by rename, so servers that have the old library mapped
 # keep running on it. Each major has its own cargo target directory.
 set -euo pipefail
@@ -94,6 +94,15 @@ install_file "$PKG$PG_PKGLIBDIR/leaf_id.so" "$PG_PKGLIBDIR"
 install_file "$PKG$PG_EXTDIR/leaf_id.control" "$PG_EXTDIR"
 install_file "$PKG$PG_EXTDIR/leaf_id--$VERSION.sql" "$PG_EXTDIR"
 for f in sql/leaf_id--*.sql; do install_file "$f" "$PG_EXTDIR"; done
+# scripts an earlier build left (the full install scripts of old versions,
+# which the update chain replaced; a newer version's) go: the server's
+# scripts are this build's, as a package's are
+for f in "$PG_EXTDIR"/leaf_id--*.sql; do
+  name=${f##*/}
+  [ -e "$f" ] && [ "$name" != "leaf_id--$VERSION.sql" ] && [ ! -e "sql/$name" ] || continue
+  rm -f "$f"
+  echo "install: removed $f (not a script of this build)"
+done
 echo "install: leaf_id installed: $PG_PKGLIBDIR/leaf_id.so and $PG_EXTDIR/leaf_id.control" \
   "with $(($(find sql -name 'leaf_id--*.sql' | wc -l) + 1)) install and upgrade scripts"
 echo "install: next, preload it (shared_preload_libraries = 'leaf_id'), restart the server, and" \

@@ -15,7 +15,7 @@
 #      /usr/pgsql-NN/share/extension; requires postgresqlNN-server with that
 #      minor. Built with Debian's rpmbuild (package rpm, scripts/deps.sh).
 # The payload: leaf_id.so, the control file, this version's install script
-# and the frozen install and upgrade scripts of earlier versions
+# and the base script and update chain of earlier versions
 # (sql/leaf_id--*.sql), as scripts/install.sh installs them. The version is
 # the crate's (Cargo.toml). Prints the package's path last.
 # LEAF_ID_PKG_MAINTAINER (or LEAF_ID_DEB_MAINTAINER) sets the maintainer.
