@@ -361,11 +361,15 @@ fn set_pin(
         copies.active.clone().into(),
         copies.own_group.into(),
     ];
-    if let Some(old) = old {
-        args.push(old.copies.clone().into());
-    }
+    let over = match old {
+        Some(old) => {
+            args.push(old.copies.clone().into());
+            sql::PinOver::Pinned
+        }
+        None => sql::PinOver::Any,
+    };
     let done = client
-        .update(&sql::worker_set_pin(schema, old.is_some()), None, &args)
+        .update(&sql::worker_set_pin(schema, over), None, &args)
         .map_err(spi_err)?;
     Ok(!done.is_empty())
 }
@@ -472,26 +476,75 @@ fn on_other_copies(
     Ok(answers)
 }
 
-/// Renew the mark of `worker_id` to at least `mark` on this node's copy (in
-/// the caller's transaction, committed by it) and on every other copy (each
+/// A renewal of a worker id's lease: the mark its holder, this node with
+/// its owner token, persists on the copies of leaf_worker.
+pub struct LeaseRenewal<'a> {
+    pub worker_id: i64,
+    pub node: &'a str,
+    pub token: i64,
+    pub mark: i64,
+    /// leaf_id.epoch_ms, in which the mark counts.
+    pub epoch: i64,
+}
+
+/// Renew the lease to at least its mark on this node's copy (in the
+/// caller's transaction, committed by it) and on every other copy (each
 /// committed on its own): Ok when a majority of the copies the row pins
 /// holds it (`quorum::pinned_renewal_holds`; of every copy listed for a row
 /// not pinned yet), with whether the holder should move its pin
 /// (`repin`).
-#[allow(clippy::too_many_arguments)]
 pub fn renew_on_majority(
     client: &mut SpiClient,
     db: usize,
     schema: &Schema,
     copies: &Copies,
-    worker_id: i64,
-    node: &str,
-    token: i64,
-    mark: i64,
-    epoch: i64,
+    lease: &LeaseRenewal,
     remote_lock_timeout_ms: i64,
 ) -> Result<bool, JobError> {
     // this node's copy first: if it is not ours (55006), nothing else is
+    let pin = renew_own_copy(client, schema, copies, lease)?;
+    let (took, failures) =
+        renew_other_copies(client, db, schema, copies, lease, remote_lock_timeout_ms)?;
+    // (this node's copy took it: renew_own_copy returned)
+    let own_took = true;
+    // the copies this lease counts: those its claim pinned (a row from
+    // catalog 0.2.0 not pinned yet: every copy listed)
+    let (counted, holds) = match &pin.copies {
+        Some(p) => (
+            p.len(),
+            quorum::pinned_renewal_holds(p, copies.own_group, own_took, &took),
+        ),
+        None => (
+            copies.count(),
+            quorum::renewal_holds(own_took, took.len(), copies.count()),
+        ),
+    };
+    if holds {
+        note_degraded(lease.worker_id, 1 + took.len(), copies.count(), &failures);
+        return Ok(quorum::may_repin(
+            pin.copies.as_deref(),
+            &copies.active,
+            copies.all_active(),
+        ));
+    }
+    Err(short_of_majority(
+        lease,
+        copies,
+        counted,
+        took.len(),
+        &failures,
+    ))
+}
+
+/// The lease on this node's copy, through the shard itself (Citus would
+/// write every copy): the row's pin, or 55006 when the row is not this
+/// node's (deleted or truncated under it: claim again).
+fn renew_own_copy(
+    client: &mut SpiClient,
+    schema: &Schema,
+    copies: &Copies,
+    lease: &LeaseRenewal,
+) -> Result<Pin, JobError> {
     client
         .update(sql::ALLOW_SHARD_WRITES, None, &[])
         .map_err(spi_err)?;
@@ -500,37 +553,41 @@ pub fn renew_on_majority(
             &sql::shard_worker_renew(schema, &copies.shard),
             None,
             &[
-                mark.into(),
-                (worker_id as i32).into(),
-                node.into(),
-                epoch.into(),
-                token.into(),
+                lease.mark.into(),
+                (lease.worker_id as i32).into(),
+                lease.node.into(),
+                lease.epoch.into(),
+                lease.token.into(),
             ],
         )
         .map_err(spi_err)?;
-    let own = renewed.len() == 1;
-    let pin = if own {
-        let row = renewed.first();
-        Pin {
-            copies: row
-                .get::<Vec<Option<i64>>>(2)
-                .map_err(spi_err)?
-                .map(|v| v.into_iter().flatten().collect()),
-            holder: row.get::<i64>(3).map_err(spi_err)?,
-        }
-    } else {
-        Pin {
-            copies: None,
-            holder: None,
-        }
-    };
-    if !own {
-        // deleted (or truncated) under this node: claim again (55006)
-        return Err(worker_row_gone(worker_id, node));
+    if renewed.len() != 1 {
+        return Err(worker_row_gone(lease.worker_id, lease.node));
     }
-    let mut acks = 0;
-    let mut failures = Vec::new();
+    let row = renewed.first();
+    Ok(Pin {
+        copies: row
+            .get::<Vec<Option<i64>>>(2)
+            .map_err(spi_err)?
+            .map(|v| v.into_iter().flatten().collect()),
+        holder: row.get::<i64>(3).map_err(spi_err)?,
+    })
+}
+
+/// The lease on every other copy, each through a helper process of its
+/// own, so that a node that hangs with the statement in flight holds only
+/// that helper: the group ids of the copies that took it, and why the
+/// others did not.
+fn renew_other_copies(
+    client: &mut SpiClient,
+    db: usize,
+    schema: &Schema,
+    copies: &Copies,
+    lease: &LeaseRenewal,
+    remote_lock_timeout_ms: i64,
+) -> Result<(Vec<i64>, Vec<String>), JobError> {
     let names = sql::remote_names(schema, &copies.shard);
+    let worker_id = lease.worker_id;
     let command = sql::build_on_server(
         client,
         sql::BUILD_REMOTE_RENEWAL,
@@ -538,72 +595,57 @@ pub fn renew_on_majority(
             remote_lock_timeout_ms.to_string().into(),
             names.schema.into(),
             names.shard.into(),
-            node.into(),
-            token.into(),
-            mark.into(),
-            epoch.into(),
+            lease.node.into(),
+            lease.token.into(),
+            lease.mark.into(),
+            lease.epoch.into(),
             (worker_id as i32).into(),
             format!("no leaf_worker row of worker id {worker_id} on this node").into(),
             names.tables_schema.into(),
         ],
     )?;
-    // each other copy through a helper process of its own, so that a node
-    // that hangs with the statement in flight holds only that helper
-    let mut took = Vec::new();
-    for (i, answer) in crate::citus::renewal_helper::run_on_others(
-        db,
-        &copies.others,
-        &command,
-        std::time::Duration::from_millis(crate::runtime::transaction::renewal_wait_ms() as u64),
-    )
-    .into_iter()
-    .enumerate()
-    {
+    let wait =
+        std::time::Duration::from_millis(crate::runtime::transaction::renewal_wait_ms() as u64);
+    let answers = crate::citus::renewal_helper::run_on_others(db, &copies.others, &command, wait);
+    let (mut took, mut failures) = (Vec::new(), Vec::new());
+    for (group, answer) in copies.other_groups.iter().zip(answers) {
         match answer {
-            Ok(_) => {
-                acks += 1;
-                took.push(copies.other_groups[i]);
-            }
+            Ok(_) => took.push(*group),
             Err(failure) => failures.push(failure),
         }
     }
-    // the copies this lease counts: those its claim pinned (a row from
-    // catalog 0.2.0 not pinned yet: every copy listed)
-    let (counted, holds) = match &pin.copies {
-        Some(p) => (
-            p.len(),
-            quorum::pinned_renewal_holds(p, copies.own_group, own, &took),
-        ),
-        None => (
-            copies.count(),
-            quorum::renewal_holds(own, acks, copies.count()),
-        ),
-    };
-    if holds {
-        note_degraded(worker_id, 1 + acks, copies.count(), &failures);
-        let repin = quorum::may_repin(pin.copies.as_deref(), &copies.active, copies.all_active());
-        return Ok(repin);
-    }
-    // a copy that another token holds means the row was taken over: the
-    // caller claims again; otherwise nodes are unreachable
+    Ok((took, failures))
+}
+
+/// A renewal short of a majority: 55006 when a copy is held by another
+/// token (the row was taken over: claim again), else 08006 (nodes
+/// unreachable).
+fn short_of_majority(
+    lease: &LeaseRenewal,
+    copies: &Copies,
+    counted: usize,
+    acks: usize,
+    failures: &[String],
+) -> JobError {
     let taken = failures
         .iter()
         .any(|f| f.contains("is not held by this server"));
-    Err(JobError::new(
+    JobError::new(
         if taken {
             PgSqlErrorCode::ERRCODE_OBJECT_IN_USE
         } else {
             PgSqlErrorCode::ERRCODE_CONNECTION_FAILURE
         },
         format!(
-            "the snowflake lease of worker id {worker_id} was renewed on {} of {} copies of leaf_worker, fewer than a majority of the {} copies its claim pinned ({}); not on: {}",
+            "the snowflake lease of worker id {} was renewed on {} of {} copies of leaf_worker, fewer than a majority of the {} copies its claim pinned ({}); not on: {}",
+            lease.worker_id,
             1 + acks,
             copies.count(),
             counted,
             quorum::majority(counted),
             failures.join("; ")
         ),
-    ))
+    )
 }
 
 /// The mark of `worker_id` on this node's copy of leaf_worker (moved into

@@ -17,10 +17,11 @@
 //! jobs, and nothing imports it.
 
 use crate::runtime::bgworker::{WorkerContext, pack, postgres_die, unpack};
-use crate::runtime::shmem::{Role, SnowflakeState, shared};
+use crate::runtime::shmem::{Role, Shared, SnowflakeState, shared};
 use crate::runtime::transaction::{self, in_transaction};
 use crate::segment::jobs::SegmentJobs;
 use crate::snowflake::jobs::SnowflakeJobs;
+use crate::snowflake::lease_close::OwnerToken;
 use pgrx::bgworkers::{BackgroundWorker, SignalWakeFlags};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -98,15 +99,35 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
     }
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(dboid)), None);
     let Some(sh) = shared() else { return };
-    let Some(db) = sh.db_slot(dboid) else { return };
+    let Some(db) = attach(sh, dboid, role) else {
+        return;
+    };
+    transaction::harden_session();
+    begin(sh, db, dboid, role);
+    let mut ctx = WorkerContext {
+        sh,
+        db,
+        dboid,
+        role,
+        extension_gone: false,
+        more_work: false,
+    };
+    serve(&mut ctx);
+}
+
+/// Take the database's worker place of this mode (this process's pid and
+/// latch), unless the slot went to another database or another worker
+/// holds the place; `detach` gives it back at the worker's exit.
+fn attach(sh: &'static Shared, dboid: u32, role: Role) -> Option<usize> {
+    let db = sh.db_slot(dboid)?;
     {
         let _g = sh.lock_global();
         if sh.db(db).dboid.load(SeqCst) != dboid {
-            return; // the slot went to another database meanwhile
+            return None; // the slot went to another database meanwhile
         }
         let me = sh.db(db).worker(role);
         if me.pid.load(SeqCst) != 0 {
-            return; // another worker serves this database in this mode
+            return None; // another worker serves this database in this mode
         }
         // SAFETY: MyProcPid is this process's int global, set at its start, read by value.
         me.pid.store(unsafe { pg_sys::MyProcPid }, SeqCst);
@@ -120,7 +141,11 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
     // only now that the slot's pid is ours, so it undoes this worker's state only; one
     // registration, well within PostgreSQL's MAX_ON_EXITS.
     unsafe { pg_sys::on_shmem_exit(Some(detach), pack(db as u32, role)) };
-    transaction::harden_session();
+    Some(db)
+}
+
+/// What a new worker does before its first round.
+fn begin(sh: &Shared, db: usize, dboid: u32, role: Role) {
     let slot = sh.db(db);
     match role {
         // ranges cached by an earlier worker of this database are dropped
@@ -136,16 +161,19 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
     }
     pgrx::log!("{} started for database {}", role.backend_type(), dboid);
     crate::runtime::standby_wait::note_waits_at(db, role);
+}
 
-    let mut ctx = WorkerContext {
-        sh,
-        db,
-        dboid,
-        role,
-        extension_gone: false,
-        more_work: false,
-    };
-    let mut jobs = match role {
+/// How often the worker checks, in a transaction, that the extension is
+/// still installed in its database.
+const EXTENSION_CHECK_EVERY: Duration = Duration::from_secs(1);
+/// The longest and shortest sleep between rounds.
+const LONGEST_SLEEP: Duration = Duration::from_millis(1000);
+const SHORTEST_SLEEP: Duration = Duration::from_millis(1);
+
+/// The worker's rounds, until a SIGTERM, the extension dropped from its
+/// database, or leaf_id.worker_idle_timeout.
+fn serve(ctx: &mut WorkerContext) {
+    let mut jobs = match ctx.role {
         Role::Segment => Jobs::Segment(SegmentJobs::new()),
         Role::Snowflake => Jobs::Snowflake(SnowflakeJobs::new()),
     };
@@ -153,8 +181,8 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
     let mut idle = Idle::new();
     loop {
         if ctx.stopping() {
-            close_for_exit(&ctx, true);
-            break;
+            close_for_exit(ctx, OwnerToken::Release);
+            return;
         }
         if BackgroundWorker::sighup_received() {
             // SAFETY: the worker's main loop between jobs, with no transaction open: where
@@ -162,74 +190,84 @@ pub extern "C-unwind" fn leaf_id_worker_main(arg: pg_sys::Datum) {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
             transaction::harden_session();
             if let Jobs::Snowflake(snowflake) = &mut jobs {
-                snowflake.settings_reloaded(&ctx);
+                snowflake.settings_reloaded(ctx);
             }
         }
         let due = match &mut jobs {
             Jobs::Segment(segments) => {
                 // a bounded round: the loop looks at a terminate, a reload
                 // and the extension between rounds
-                segments.run(&mut ctx, ROUND_BUDGET);
+                segments.run(ctx, ROUND_BUDGET);
                 segments.next_due()
             }
             Jobs::Snowflake(snowflake) => {
-                snowflake.run(&mut ctx);
-                snowflake.timeout(&ctx)
+                snowflake.run(ctx);
+                snowflake.timeout(ctx)
             }
         };
-        if last_check.elapsed() >= Duration::from_secs(1) {
+        if last_check.elapsed() >= EXTENSION_CHECK_EVERY {
             last_check = Instant::now();
             if let Err(e) = in_transaction(|_, _| Ok(())) {
                 ctx.note(&e);
             }
         }
         if ctx.extension_gone {
-            pgrx::log!(
-                "{} for database {} exits: the extension is not installed",
-                role.backend_type(),
-                dboid
-            );
-            if role == Role::Segment {
-                sh.free_tags_of(dboid);
-            }
-            break;
+            leave_dropped(ctx);
+            return;
         }
-        let idle_left = idle.left(&ctx);
+        let idle_left = idle.left(ctx);
         if idle_left == Some(Duration::ZERO) {
-            pgrx::log!(
-                "{} for database {} leaves it: idle for leaf_id.worker_idle_timeout ({} ms)",
-                role.backend_type(),
-                dboid,
-                crate::settings::WORKER_IDLE_TIMEOUT.get()
-            );
-            crate::settings::pause_point(
-                "slow_worker_exit",
-                "before leaving",
-                Duration::from_millis(1500),
-            );
-            // as on a clean shutdown; calls meanwhile (a closed generator, a
-            // refill request) find no worker once it has gone and start the
-            // next one; the cached ranges become gaps (`detach`). The row
-            // keeps its owner token: the next worker of this lifetime takes
-            // it back as its own (on Citus, with a majority of the copies)
-            close_for_exit(&ctx, false);
-            break;
+            leave_idle(ctx);
+            return;
         }
-        let timeout = [due, idle_left]
-            .into_iter()
-            .flatten()
-            .fold(Duration::from_millis(1000), Duration::min)
-            .max(Duration::from_millis(1));
         let timeout = if std::mem::take(&mut ctx.more_work) {
-            Duration::from_millis(1)
+            SHORTEST_SLEEP
         } else {
-            timeout
+            [due, idle_left]
+                .into_iter()
+                .flatten()
+                .fold(LONGEST_SLEEP, Duration::min)
+                .max(SHORTEST_SLEEP)
         };
         // not pgrx's wait_latch, which processes interrupts: a SIGTERM must
         // reach the loop, which closes the generator and persists its last
         // millisecond first
         crate::runtime::clock::wait_on_latch(timeout);
     }
+}
+
+/// The extension was dropped from the worker's database: its cached
+/// ranges go (they came from the dropped tables).
+fn leave_dropped(ctx: &WorkerContext) {
+    pgrx::log!(
+        "{} for database {} exits: the extension is not installed",
+        ctx.role.backend_type(),
+        ctx.dboid
+    );
+    if ctx.role == Role::Segment {
+        ctx.sh.free_tags_of(ctx.dboid);
+    }
+}
+
+/// Idle for leaf_id.worker_idle_timeout: leave as on a clean shutdown;
+/// calls meanwhile (a closed generator, a refill request) find no worker
+/// once it has gone and start the next one; the cached ranges become gaps
+/// (`detach`). The row keeps its owner token: the next worker of this
+/// lifetime takes it back as its own (on Citus, with a majority of the
+/// copies).
+fn leave_idle(ctx: &WorkerContext) {
+    pgrx::log!(
+        "{} for database {} leaves it: idle for leaf_id.worker_idle_timeout ({} ms)",
+        ctx.role.backend_type(),
+        ctx.dboid,
+        crate::settings::WORKER_IDLE_TIMEOUT.get()
+    );
+    crate::settings::pause_point(
+        "slow_worker_exit",
+        "before leaving",
+        Duration::from_millis(1500),
+    );
+    close_for_exit(ctx, OwnerToken::Keep);
 }
 
 /// How long the segment worker goes on starting refills in one round.
@@ -242,16 +280,16 @@ enum Jobs {
 }
 
 /// Before a clean exit (SIGTERM, or idle): close the snowflake generator and
-/// persist its exact last millisecond; `release_token`: also let go of the
-/// row's owner token. No more interrupts: the last mark is written, and a
+/// persist its exact last millisecond, and keep or let go of the row's owner
+/// token. No more interrupts: the last mark is written, and a
 /// wait for a synchronous standby ends at once (ProcDiePending).
-fn close_for_exit(ctx: &WorkerContext, release_token: bool) {
+fn close_for_exit(ctx: &WorkerContext, token: OwnerToken) {
     if ctx.role == Role::Snowflake {
         // SAFETY: HOLD_INTERRUPTS(): InterruptHoldoffCount is this process's global, changed only
         // by mainline code on this one thread (no signal handler touches it); never resumed, as the
         // worker exits right after.
         unsafe { pg_sys::InterruptHoldoffCount += 1 };
-        crate::snowflake::lease_close::close_and_persist(ctx.db, release_token);
+        crate::snowflake::lease_close::close_and_persist(ctx.db, token);
     }
 }
 

@@ -557,14 +557,22 @@ pub fn worker_pin_read(s: &Schema) -> String {
     )
 }
 
+/// What a new pin of a worker id's copies asks of the pin before it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum PinOver {
+    /// Nothing: the row's first pin, or one that replaces any.
+    Any,
+    /// Every copy still pins the copies in $6.
+    Pinned,
+}
+
 /// Pin copies $4 (holder's own $5) in the row of id $1 if node $2 with
-/// token $3 holds it (and, with `check_old`, if every copy still pins $6);
-/// every copy must agree.
-pub fn worker_set_pin(s: &Schema, check_old: bool) -> String {
-    let old = if check_old {
-        " AND copies IS NOT DISTINCT FROM $6::pg_catalog.int8[]"
-    } else {
-        ""
+/// token $3 holds it (and, `PinOver::Pinned`, if every copy still pins
+/// $6); every copy must agree.
+pub fn worker_set_pin(s: &Schema, over: PinOver) -> String {
+    let old = match over {
+        PinOver::Pinned => " AND copies IS NOT DISTINCT FROM $6::pg_catalog.int8[]",
+        PinOver::Any => "",
     };
     format!(
         "UPDATE {} SET holder_copy = CASE \

@@ -9,7 +9,7 @@ use crate::runtime::shmem::SnowflakeState;
 use crate::runtime::transaction::in_transaction;
 use crate::settings;
 use crate::snowflake::lease_claim::{claim, configured_worker_id, publish_claim};
-use crate::snowflake::lease_close::close_and_persist;
+use crate::snowflake::lease_close::{OwnerToken, close_and_persist};
 use crate::snowflake::lease_renew::{renew, repin};
 use pgrx::prelude::*;
 use std::sync::atomic::Ordering::SeqCst;
@@ -69,55 +69,15 @@ impl SnowflakeJobs {
         }
     }
 
+    /// One round: a claim when callers asked for one (and no retry delay
+    /// holds it back), else the lease's renewal when it is due or asked for.
     pub fn run(&mut self, ctx: &mut WorkerContext) {
-        let sh = ctx.sh;
-        let slot = sh.db(ctx.db);
+        let slot = ctx.sh.db(ctx.db);
         let state = slot.snowflake_state.load(SeqCst);
         if state == SnowflakeState::Requested as u32
             && self.claim_after.is_none_or(|t| Instant::now() >= t)
         {
-            // nothing may be issued while the claim changes the generator
-            if !slot.generator.is_closed() {
-                close_and_persist(ctx.db, true);
-            }
-            slot.generator.close(crate::snowflake::sql::epoch());
-            let (db, avoid) = (ctx.db, self.lost_id);
-            let result = in_transaction(|schema, catalog| claim(schema, catalog, db, avoid))
-                .map_err(|e| explain_unreachable(e, "claim a snowflake worker id", "leaf_worker"))
-                .and_then(|c| publish_claim(db, &c).map(|()| c));
-            let _g = sh.lock_db(ctx.db);
-            match result {
-                Ok(claimed) => {
-                    self.claimed_with = Some((claimed.configured, claimed.node.clone()));
-                    self.lost_id = None;
-                    self.claim_after = None;
-                    slot.snowflake_contention.store(false, SeqCst);
-                    slot.snowflake_state
-                        .store(SnowflakeState::Ready as u32, SeqCst);
-                    self.last_heartbeat = Some(Instant::now());
-                }
-                // contention on leaf_id's tables (on Citus: every node
-                // claiming at once): claimed again, the callers wait on
-                Err(e) if e.is_contention() => {
-                    ctx.note(&e);
-                    slot.snowflake_contention.store(true, SeqCst);
-                    self.claim_after = Some(Instant::now() + CLAIM_RETRY);
-                    pgrx::log!(
-                        "leaf_id: snowflake worker id claim retried after lock contention: {}",
-                        e.message
-                    );
-                }
-                Err(e) => {
-                    ctx.note(&e);
-                    let (code, message) = e.for_callers();
-                    slot.error.set(code, &message);
-                    slot.snowflake_state
-                        .store(SnowflakeState::Failed as u32, SeqCst);
-                    pgrx::warning!("leaf_id: snowflake worker id claim failed: {}", e.message);
-                }
-            }
-            drop(_g);
-            sh.broadcast(ctx.db);
+            self.claim_now(ctx);
         } else if state == SnowflakeState::Ready as u32 {
             let due = self.last_heartbeat.is_none_or(|t| {
                 t.elapsed() >= Duration::from_millis(settings::HEARTBEAT_INTERVAL.get() as u64)
@@ -125,68 +85,118 @@ impl SnowflakeJobs {
             // clear the request either way: this renewal serves it
             let wanted = slot.snowflake_lease_wanted.swap(false, SeqCst);
             if due || wanted {
-                self.last_heartbeat = Some(Instant::now());
-                let db = ctx.db;
-                let renewed =
-                    in_transaction(|schema, catalog| renew(schema, catalog, db)).map_err(|e| {
-                        explain_unreachable(e, "renew the snowflake lease", "leaf_worker")
-                    });
-                match renewed {
-                    // in_transaction refuses a commit that a synchronous
-                    // standby has not confirmed
-                    Ok((mark, repin)) => {
-                        slot.snowflake_contention.store(false, SeqCst);
-                        // noted before the generator may issue up to it
-                        sh.note_worker_id_lease(
-                            slot.generator.worker_id(),
-                            slot.dboid.load(SeqCst),
-                            mark,
-                        );
-                        // (tests: the row's new mark is committed, the
-                        // lease not moved yet; tests/tap/052 reads both)
-                        settings::pause_point(
-                            "slow_lease_move",
-                            "after the renewal's commit, before the lease moves",
-                            Duration::from_millis(3000),
-                        );
-                        slot.generator.lease_ms.store(mark, SeqCst);
-                        if repin {
-                            self.move_pin(db);
-                        }
-                    }
-                    // contention: renewed again at the next heartbeat (or
-                    // at once when a caller asks); the callers wait on
-                    Err(e) if e.is_contention() => {
-                        ctx.note(&e);
-                        slot.snowflake_contention.store(true, SeqCst);
-                        pgrx::log!(
-                            "leaf_id: snowflake high-water mark renewal retried after lock contention: {}",
-                            e.message
-                        );
-                    }
-                    Err(e) => {
-                        ctx.note(&e);
-                        let _g = sh.lock_db(ctx.db);
-                        let (code, message) = e.for_callers();
-                        slot.error.set(code, &message);
-                        pgrx::warning!(
-                            "leaf_id: snowflake high-water mark renewal failed: {}",
-                            e.message
-                        );
-                        if e.sqlstate == code_of(PgSqlErrorCode::ERRCODE_OBJECT_IN_USE) {
-                            // the row is no longer ours (released, or taken
-                            // over after our lease ran out): claim again,
-                            // another id if one is free; the generator is
-                            // closed first
-                            self.lost_id = Some(slot.generator.worker_id());
-                            slot.snowflake_state
-                                .store(SnowflakeState::Requested as u32, SeqCst);
-                        }
-                    }
-                }
-                sh.broadcast(ctx.db);
+                self.renew_now(ctx);
             }
         }
+    }
+
+    /// Claim a worker id (the generator closed first: nothing may be issued
+    /// while the claim changes it), and tell the waiting callers.
+    fn claim_now(&mut self, ctx: &mut WorkerContext) {
+        let sh = ctx.sh;
+        let slot = sh.db(ctx.db);
+        if !slot.generator.is_closed() {
+            close_and_persist(ctx.db, OwnerToken::Release);
+        }
+        slot.generator.close(crate::snowflake::sql::epoch());
+        let (db, avoid) = (ctx.db, self.lost_id);
+        let result = in_transaction(|schema, catalog| claim(schema, catalog, db, avoid))
+            .map_err(|e| explain_unreachable(e, "claim a snowflake worker id", "leaf_worker"))
+            .and_then(|c| publish_claim(db, &c).map(|()| c));
+        let _g = sh.lock_db(ctx.db);
+        match result {
+            Ok(claimed) => {
+                self.claimed_with = Some((claimed.configured, claimed.node.clone()));
+                self.lost_id = None;
+                self.claim_after = None;
+                slot.snowflake_contention.store(false, SeqCst);
+                slot.snowflake_state
+                    .store(SnowflakeState::Ready as u32, SeqCst);
+                self.last_heartbeat = Some(Instant::now());
+            }
+            // contention on leaf_id's tables (on Citus: every node claiming
+            // at once): claimed again, the callers wait on
+            Err(e) if e.is_contention() => {
+                ctx.note(&e);
+                slot.snowflake_contention.store(true, SeqCst);
+                self.claim_after = Some(Instant::now() + CLAIM_RETRY);
+                pgrx::log!(
+                    "leaf_id: snowflake worker id claim retried after lock contention: {}",
+                    e.message
+                );
+            }
+            Err(e) => {
+                ctx.note(&e);
+                let (code, message) = e.for_callers();
+                slot.error.set(code, &message);
+                slot.snowflake_state
+                    .store(SnowflakeState::Failed as u32, SeqCst);
+                pgrx::warning!("leaf_id: snowflake worker id claim failed: {}", e.message);
+            }
+        }
+        drop(_g);
+        sh.broadcast(ctx.db);
+    }
+
+    /// Renew the lease (persist a new mark), then let the generator issue
+    /// up to it; a renewal that finds the row no longer ours asks for a
+    /// claim.
+    fn renew_now(&mut self, ctx: &mut WorkerContext) {
+        let sh = ctx.sh;
+        let slot = sh.db(ctx.db);
+        self.last_heartbeat = Some(Instant::now());
+        let db = ctx.db;
+        let renewed = in_transaction(|schema, catalog| renew(schema, catalog, db))
+            .map_err(|e| explain_unreachable(e, "renew the snowflake lease", "leaf_worker"));
+        match renewed {
+            // in_transaction refuses a commit that a synchronous standby has
+            // not confirmed
+            Ok((mark, repin)) => {
+                slot.snowflake_contention.store(false, SeqCst);
+                // noted before the generator may issue up to it
+                sh.note_worker_id_lease(slot.generator.worker_id(), slot.dboid.load(SeqCst), mark);
+                // (tests: the row's new mark is committed, the lease not
+                // moved yet; tests/tap/052 reads both)
+                settings::pause_point(
+                    "slow_lease_move",
+                    "after the renewal's commit, before the lease moves",
+                    Duration::from_millis(3000),
+                );
+                slot.generator.lease_ms.store(mark, SeqCst);
+                if repin {
+                    self.move_pin(db);
+                }
+            }
+            // contention: renewed again at the next heartbeat (or at once
+            // when a caller asks); the callers wait on
+            Err(e) if e.is_contention() => {
+                ctx.note(&e);
+                slot.snowflake_contention.store(true, SeqCst);
+                pgrx::log!(
+                    "leaf_id: snowflake high-water mark renewal retried after lock contention: {}",
+                    e.message
+                );
+            }
+            Err(e) => {
+                ctx.note(&e);
+                let _g = sh.lock_db(ctx.db);
+                let (code, message) = e.for_callers();
+                slot.error.set(code, &message);
+                pgrx::warning!(
+                    "leaf_id: snowflake high-water mark renewal failed: {}",
+                    e.message
+                );
+                if e.sqlstate == code_of(PgSqlErrorCode::ERRCODE_OBJECT_IN_USE) {
+                    // the row is no longer ours (released, or taken over
+                    // after our lease ran out): claim again, another id if
+                    // one is free; the generator is closed first
+                    self.lost_id = Some(slot.generator.worker_id());
+                    slot.snowflake_state
+                        .store(SnowflakeState::Requested as u32, SeqCst);
+                }
+            }
+        }
+        sh.broadcast(ctx.db);
     }
 
     /// The Citus nodes with a copy of leaf_worker changed since the claim:

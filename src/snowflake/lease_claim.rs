@@ -21,7 +21,7 @@ use crate::snowflake::claim::{
     RegistryCopies, RegistryRow, Take, Took, Waits, Wrote,
 };
 use crate::snowflake::layout::MAX_WORKER_ID;
-use crate::snowflake::lease_renew::{lease_ahead, persist};
+use crate::snowflake::lease_renew::{Route, lease_ahead, persist};
 use pgrx::prelude::*;
 use pgrx::spi::{Spi, SpiClient};
 use std::sync::atomic::Ordering::SeqCst;
@@ -480,7 +480,10 @@ fn finish_claim(cx: ClaimContext, took: &Took, from: Continue) -> Result<Claimed
         worker_id,
         &cx.settings.node,
         clock_ms().max(floor).max(last).saturating_add(cx.ahead),
-        took.wrote == Wrote::Registry,
+        match took.wrote {
+            Wrote::Registry => Route::ThroughCitus,
+            Wrote::Nothing => Route::CopyByCopy,
+        },
     )?;
     Ok(Claimed {
         worker_id,

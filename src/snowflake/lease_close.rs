@@ -9,6 +9,15 @@ use crate::runtime::worker_sql::{self as sql, Table};
 use pgrx::spi::Spi;
 use std::sync::atomic::Ordering::SeqCst;
 
+/// What a close does with the row's owner token.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum OwnerToken {
+    /// Kept: the next worker of this server lifetime takes the row back.
+    Keep,
+    /// Let go: a shutdown, or before a re-claim.
+    Release,
+}
+
 /// `close_and_persist` left the row as it was (on Citus, at an exit).
 const SKIPPED_ON_CITUS: i64 = i64::MIN;
 
@@ -17,10 +26,10 @@ const SKIPPED_ON_CITUS: i64 = i64::MIN;
 /// clock catches up with a mark set ahead of it. The row keeps a mark that
 /// someone else raised above our lease. If this fails, the lease stays
 /// persisted: safe. Runs on the worker's exit and before every re-claim.
-/// `release_token`: the row's owner token goes too (a shutdown, a re-claim);
-/// an idle exit keeps it, so that the next worker of this lifetime needs no
-/// write of every Citus copy to take the row back.
-pub fn close_and_persist(db: usize, release_token: bool) {
+/// `OwnerToken::Release`: the row's owner token goes too (a shutdown, a
+/// re-claim); an idle exit keeps it, so that the next worker of this
+/// lifetime needs no write of every Citus copy to take the row back.
+pub fn close_and_persist(db: usize, owner_token: OwnerToken) {
     let slot = shared().expect("shared memory").db(db);
     let epoch = crate::snowflake::sql::epoch();
     // after this no ID can be issued with a later millisecond
@@ -72,7 +81,7 @@ pub fn close_and_persist(db: usize, release_token: bool) {
                         epoch.into(),
                         lease.into(),
                         token.into(),
-                        release_token.into(),
+                        (owner_token == OwnerToken::Release).into(),
                     ],
                 )
                 .map_err(spi_err)

@@ -31,12 +31,22 @@ pub(crate) fn lease_ahead() -> Result<i64, JobError> {
     Ok(ahead as i64)
 }
 
+/// How a mark is written on Citus (elsewhere there is one copy).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Route {
+    /// Each copy of leaf_worker on its own; a majority is enough.
+    CopyByCopy,
+    /// One statement through Citus, which writes every copy (a claim that
+    /// wrote through Citus: its own uncommitted write locks every copy).
+    ThroughCitus,
+}
+
 /// Write the mark; the generator may use it only after the commit. Returns
 /// the row's mark after the update (never below `mark`), and whether the
 /// holder should move the row's pin (`repin`). Every copy of the
 /// row must still be this server's (node name and owner token), or the
-/// statement fails (`citus::guard`). On Citus, unless `through_citus`, the copies
-/// are written one by one and a majority is enough (`snowflake::quorum`), so
+/// statement fails (`citus::guard`). On Citus, `Route::CopyByCopy` writes
+/// the copies one by one and a majority is enough (`snowflake::quorum`), so
 /// that one node down does not stop the others.
 pub(crate) fn persist(
     db: usize,
@@ -45,7 +55,7 @@ pub(crate) fn persist(
     worker_id: i64,
     node: &str,
     mark: i64,
-    through_citus: bool,
+    route: Route,
 ) -> Result<(i64, bool), JobError> {
     if !catalog.has_snowflake() {
         return Err(crate::runtime::transaction::needs_current_catalog(
@@ -54,21 +64,24 @@ pub(crate) fn persist(
         ));
     }
     let token = shared().expect("shared memory").owner_token();
-    if !through_citus {
+    if route == Route::CopyByCopy {
         let renewed = Spi::connect_mut(|client| {
             let Some(copies) = crate::citus::copies::of_worker_registry(client, schema)? else {
                 return Ok(None);
+            };
+            let lease = crate::citus::copies::LeaseRenewal {
+                worker_id,
+                node,
+                token,
+                mark,
+                epoch: crate::snowflake::sql::epoch(),
             };
             crate::citus::copies::renew_on_majority(
                 client,
                 db,
                 schema,
                 &copies,
-                worker_id,
-                node,
-                token,
-                mark,
-                crate::snowflake::sql::epoch(),
+                &lease,
                 crate::runtime::transaction::citus_connect_timeout_ms(),
             )
             .map(Some)
@@ -139,7 +152,7 @@ pub(crate) fn renew(schema: &Schema, catalog: Catalog, db: usize) -> Result<(i64
         worker_id,
         &slot.node_name(),
         mark,
-        false,
+        Route::CopyByCopy,
     )
 }
 

@@ -6,7 +6,7 @@ use crate::runtime::backend::{self, Deadline};
 use crate::runtime::clock::{
     clock_ms, tstz_from_unix_ms, tstz_from_unix_ms_any, unix_ms_from_tstz,
 };
-use crate::runtime::shmem::{Role, SnowflakeState};
+use crate::runtime::shmem::{DbSlot, Role, Shared, SnowflakeState};
 use crate::runtime::standby_wait;
 use crate::settings;
 use crate::snowflake::generator::{Clock, Config, Refusal};
@@ -84,19 +84,23 @@ pub fn check_epoch() -> Result<i64, String> {
 }
 
 fn next_id() -> i64 {
-    next_ids(1, false).0
+    next_ids(1, Call::Single).0
 }
 
-/// Up to `want` consecutive IDs of one millisecond: `(first, count)`; for a
-/// `batch`, one chunk that leaves single calls their share
-/// (`Generator::next_batch_ids`).
-fn next_ids(want: i64, batch: bool) -> (i64, i64) {
+/// Which call takes IDs from the generator.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Call {
+    /// `leaf_snowflake_next()`.
+    Single,
+    /// A chunk of `leaf_snowflake_next(n)`, which leaves single calls their
+    /// share of each millisecond (`Generator::next_batch_ids`).
+    Batch,
+}
+
+/// Up to `want` consecutive IDs of one millisecond: `(first, count)`.
+fn next_ids(want: i64, call: Call) -> (i64, i64) {
     let sh = backend::shared_or_raise();
-    let mut deadline: Option<Deadline> = None;
-    // (slot, its assignment, error count) when this call first waited: a
-    // later error of the same slot and assignment is the answer to it
-    let mut seen_error: Option<(usize, u64, u64)> = None;
-    let mut paused = false;
+    let mut waiting = Waiting::default();
     loop {
         // looked up on every round: the slot of a database whose workers
         // have left it may go to another database (`Shared::db_slot`)
@@ -109,103 +113,153 @@ fn next_ids(want: i64, batch: bool) -> (i64, i64) {
             continue; // given away since the lookup: look up again
         }
         if slot.snowflake_state.load(SeqCst) == SnowflakeState::Ready as u32 {
-            let cfg = Config {
-                epoch_ms: epoch(),
-                max_backward_ms: settings::MAX_BACKWARD_MS.get() as i64,
-                random_start: settings::RANDOM_SEQUENCE_START.get(),
-                run_ahead_ms: settings::MAX_RUN_AHEAD_MS.get() as i64,
-            };
-            if !paused {
-                settings::snowflake_take_pause("before the take");
-            }
-            let got = if batch {
-                slot.generator
-                    .next_batch_ids(&cfg, &PgClock, &mut random, want)
-            } else {
-                slot.generator.next_ids(&cfg, &PgClock, &mut random, want)
-            };
-            if !paused {
-                paused = true;
-                settings::snowflake_take_pause("after the take");
-            }
-            match got {
-                Ok(_) if slot.assigned.load(SeqCst) != assigned => {
-                    // the slot was given away since the lookup (and maybe
-                    // back): the generator may have been another
-                    // database's, whose IDs are not this database's (a gap
-                    // in its sequence)
-                    continue;
-                }
-                Ok(ids) => {
-                    if deadline.is_some() {
-                        backend::end_wait();
-                    }
-                    return ids;
-                }
-                Err(Refusal::LeaseExpired { .. } | Refusal::Closed) => {
-                    // the worker renews the lease, or a new worker reopens
-                    slot.snowflake_lease_wanted.store(true, SeqCst);
-                }
-                Err(refusal) => {
-                    if deadline.is_some() {
-                        backend::end_wait();
-                    }
-                    refuse(refusal);
-                }
+            match take(slot, assigned, want, call, &mut waiting) {
+                Took::Ids(ids) => return ids,
+                Took::LookAgain => continue,
+                Took::Wait => {}
             }
         }
-        let deadline = deadline.get_or_insert_with(Deadline::from_setting);
-        backend::prepare_wait(sh, db);
-        let seq = slot.error.seq.load(SeqCst);
-        let seen = match seen_error {
-            Some((d, a, seen)) if d == db && a == assigned => seen,
-            _ => {
-                seen_error = Some((db, assigned, seq));
-                seq
-            }
-        };
-        let state = slot.snowflake_state.load(SeqCst);
-        if seq != seen {
-            let ((code, message), same) = {
-                let _g = sh.lock_db(db);
-                (slot.error.get(), slot.assigned.load(SeqCst) == assigned)
-            };
-            if !same {
-                continue; // another database's error, maybe: look up again
-            }
-            backend::end_wait();
-            raise_recorded(code, message);
-        }
-        if state == SnowflakeState::NotRequested as u32 || state == SnowflakeState::Failed as u32 {
-            // under the lock that gives database slots away: never into the
-            // slot of another database
-            let _g = sh.lock_global();
-            if slot.dboid.load(SeqCst) == backend::my_dboid() {
-                slot.snowflake_state
-                    .store(SnowflakeState::Requested as u32, SeqCst);
-            }
-        }
-        backend::ensure_worker(sh, db, Role::Snowflake);
-        if deadline.passed() {
-            backend::end_wait();
-            let standby = standby_wait::waiting_for(db, backend::my_dboid(), Role::Snowflake);
-            let what = "timed out waiting for the leaf_id worker to claim a worker id or renew the snowflake high-water mark";
-            let contention =
-                slot.snowflake_contention.load(SeqCst) && slot.assigned.load(SeqCst) == assigned;
-            raise(
-                PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
-                if contention {
-                    format!("{what}: {}", crate::runtime::job::CONTENTION_NOTE)
-                } else if standby.is_empty() {
-                    what.to_string()
-                } else {
-                    format!("{what}: the worker's commit waits for {standby}")
-                },
-                Some("See the server log; leaf_id.refill_timeout sets how long calls wait."),
-            );
-        }
-        backend::wait(sh, db, deadline);
+        wait_for_worker(sh, db, assigned, &mut waiting);
     }
+}
+
+/// What a snowflake call keeps between its tries.
+#[derive(Default)]
+struct Waiting {
+    /// Set at the first wait: leaf_id.refill_timeout from then.
+    deadline: Option<Deadline>,
+    /// (slot, its assignment, error count) when this call first waited: a
+    /// later error of the same slot and assignment is the answer to it.
+    seen_error: Option<(usize, u64, u64)>,
+    /// The test pauses around the take (`settings::snowflake_take_pause`)
+    /// were passed: once per call.
+    paused: bool,
+}
+
+impl Waiting {
+    /// Ends the wait, if this call waited.
+    fn end(&self) {
+        if self.deadline.is_some() {
+            backend::end_wait();
+        }
+    }
+}
+
+/// What a take from the generator came to.
+enum Took {
+    Ids((i64, i64)),
+    /// The slot was given away meanwhile: look it up again.
+    LookAgain,
+    /// The lease ran out or the generator is closed: wait for the worker.
+    Wait,
+}
+
+/// The hot path: one compare-and-swap on the database's generator. A
+/// refusal that waiting cannot cure (the clock behind the mark) is raised.
+fn take(slot: &DbSlot, assigned: u64, want: i64, call: Call, waiting: &mut Waiting) -> Took {
+    let cfg = Config {
+        epoch_ms: epoch(),
+        max_backward_ms: settings::MAX_BACKWARD_MS.get() as i64,
+        random_start: settings::RANDOM_SEQUENCE_START.get(),
+        run_ahead_ms: settings::MAX_RUN_AHEAD_MS.get() as i64,
+    };
+    if !waiting.paused {
+        settings::snowflake_take_pause("before the take");
+    }
+    let got = match call {
+        Call::Batch => slot
+            .generator
+            .next_batch_ids(&cfg, &PgClock, &mut random, want),
+        Call::Single => slot.generator.next_ids(&cfg, &PgClock, &mut random, want),
+    };
+    if !waiting.paused {
+        waiting.paused = true;
+        settings::snowflake_take_pause("after the take");
+    }
+    match got {
+        // the slot was given away since the lookup (and maybe back): the
+        // generator may have been another database's, whose IDs are not
+        // this database's (a gap in its sequence)
+        Ok(_) if slot.assigned.load(SeqCst) != assigned => Took::LookAgain,
+        Ok(ids) => {
+            waiting.end();
+            Took::Ids(ids)
+        }
+        Err(Refusal::LeaseExpired { .. } | Refusal::Closed) => {
+            // the worker renews the lease, or a new worker reopens
+            slot.snowflake_lease_wanted.store(true, SeqCst);
+            Took::Wait
+        }
+        Err(refusal) => {
+            waiting.end();
+            refuse(refusal)
+        }
+    }
+}
+
+/// The slow path: the worker's answer to this call (raised), or a request
+/// for a claim and a wait (up to leaf_id.refill_timeout, then 55P03).
+/// Returns when the call may look up its slot and try again.
+fn wait_for_worker(sh: &Shared, db: usize, assigned: u64, waiting: &mut Waiting) {
+    let slot = sh.db(db);
+    let deadline = *waiting.deadline.get_or_insert_with(Deadline::from_setting);
+    backend::prepare_wait(sh, db);
+    let seq = slot.error.seq.load(SeqCst);
+    let seen = match waiting.seen_error {
+        Some((d, a, seen)) if d == db && a == assigned => seen,
+        _ => {
+            waiting.seen_error = Some((db, assigned, seq));
+            seq
+        }
+    };
+    let state = slot.snowflake_state.load(SeqCst);
+    if seq != seen {
+        let ((code, message), same) = {
+            let _g = sh.lock_db(db);
+            (slot.error.get(), slot.assigned.load(SeqCst) == assigned)
+        };
+        if !same {
+            return; // another database's error, maybe: look up again
+        }
+        backend::end_wait();
+        raise_recorded(code, message);
+    }
+    if state == SnowflakeState::NotRequested as u32 || state == SnowflakeState::Failed as u32 {
+        // under the lock that gives database slots away: never into the
+        // slot of another database
+        let _g = sh.lock_global();
+        if slot.dboid.load(SeqCst) == backend::my_dboid() {
+            slot.snowflake_state
+                .store(SnowflakeState::Requested as u32, SeqCst);
+        }
+    }
+    backend::ensure_worker(sh, db, Role::Snowflake);
+    if deadline.passed() {
+        backend::end_wait();
+        worker_timed_out(db, slot, assigned)
+    }
+    backend::wait(sh, db, &deadline);
+}
+
+/// A call's wait for a claim or renewal ran out (leaf_id.refill_timeout):
+/// 55P03, saying what the worker waits for when it is known.
+#[cold]
+fn worker_timed_out(db: usize, slot: &DbSlot, assigned: u64) -> ! {
+    let standby = standby_wait::waiting_for(db, backend::my_dboid(), Role::Snowflake);
+    let what = "timed out waiting for the leaf_id worker to claim a worker id or renew the snowflake high-water mark";
+    let contention =
+        slot.snowflake_contention.load(SeqCst) && slot.assigned.load(SeqCst) == assigned;
+    raise(
+        PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+        if contention {
+            format!("{what}: {}", crate::runtime::job::CONTENTION_NOTE)
+        } else if standby.is_empty() {
+            what.to_string()
+        } else {
+            format!("{what}: the worker's commit waits for {standby}")
+        },
+        Some("See the server log; leaf_id.refill_timeout sets how long calls wait."),
+    )
 }
 
 fn refuse(refusal: Refusal) -> ! {
@@ -250,7 +304,7 @@ fn leaf_snowflake_next() -> i64 {
 fn leaf_snowflake_next_n(n: Option<i32>) -> SetOfIterator<'static, i64> {
     require_writable("leaf_snowflake_next()");
     backend::ids_in_chunks(n, |left| {
-        let (first, count) = next_ids(left, true);
+        let (first, count) = next_ids(left, Call::Batch);
         (first, count, |id| id)
     })
 }
