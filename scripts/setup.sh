@@ -5,7 +5,7 @@
 # and registers the system PostgreSQL 15 and the servers
 # in target/pg16, target/pg17, target/pg18 with pgrx (PGRX_HOME).
 # Arguments: more Debian packages to install (e.g. python3-matplotlib for
-# scripts/bench.sh).
+# bench/bench.sh).
 #
 # Prerequisite it does not install: Rust with cargo, version 1.85 or newer
 # (leaf_id uses edition 2024), e.g. from https://rustup.rs. Debian bookworm's

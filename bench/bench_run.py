@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Run the leaf_id benchmark suite against a running cluster and write the
-raw results as JSON (scripts/bench_report.py turns them into docs/).
+raw results as JSON (bench/bench_report.py turns them into docs/).
 
-Started by scripts/bench.sh, which owns the cluster. Every figure is measured
+Started by bench/bench.sh, which owns the cluster. Every figure is measured
 BENCH_REPS times; within each repetition the competitors run one after the
 other, and the order rotates from one repetition to the next (rep 1: A B C,
 rep 2: B C A, rep 3: C A B, ...), so that neither machine noise nor the
@@ -23,7 +23,10 @@ import subprocess
 import sys
 import time
 
-# the server scripts/bench.sh runs (scripts/pg.sh: PG_MAJOR, PG_CONFIG)
+import benchlib
+from benchlib import BENCH_TIME_FUNCTION, BenchError  # noqa: F401 (BenchError: bench_multinode uses B.BenchError)
+
+# the server bench/bench.sh runs (scripts/pg.sh: PG_MAJOR, PG_CONFIG)
 PGBIN = os.environ.get("BENCH_PGBIN") or "/usr/lib/postgresql/15/bin"
 PG_MAJOR = int(os.environ.get("BENCH_PG_MAJOR") or "15")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -107,7 +110,7 @@ if PG_MAJOR >= 18:
 LABELS = {k: label for k, label, _ in GENERATORS}
 
 # The peers section: leaf_id against what a user would pick instead. key,
-# label, SQL expression, peer extension it needs (scripts/bench-peers.sh
+# label, SQL expression, peer extension it needs (bench/bench-peers.sh
 # built and installed it: BENCH_PEERS_FILE) or None, leaf_id setting to
 # reload for its runs or None. Its own keys, so that its medians never mix
 # with the other sections'.
@@ -127,7 +130,7 @@ LABELS.update({f"peer_{k}": label for k, label, _, _, _ in PEERS})
 
 def peer_status():
     """{name: (version, None when built and installed, else why not)} from
-    the file scripts/bench-peers.sh wrote (scripts/bench.sh: BENCH_PEERS_FILE)."""
+    the file bench/bench-peers.sh wrote (bench/bench.sh: BENCH_PEERS_FILE)."""
     path = os.environ.get("BENCH_PEERS_FILE", "")
     out = {}
     if path and os.path.exists(path):
@@ -137,7 +140,7 @@ def peer_status():
                 if len(parts) >= 3:
                     out[parts[1]] = (parts[2], None if parts[0] == "ok" else (parts[3] if len(parts) > 3 else "skipped"))
     for name in {x for _, _, _, x, _ in PEERS if x}:
-        out.setdefault(name, ("?", "scripts/bench-peers.sh did not run (run the section through scripts/bench.sh)"))
+        out.setdefault(name, ("?", "bench/bench-peers.sh did not run (run the section through bench/bench.sh)"))
     return out
 
 # One ID per round trip: the floor is SELECT 1.
@@ -177,24 +180,14 @@ def note_error(where, msg):
     log(f"ERROR in {where}: {msg[-500:]}")
 
 
-class BenchError(Exception):
-    pass
-
-
 def conn_args(port=None):
     return ["-h", "127.0.0.1", "-p", str(port or P["port"]), "-U", "postgres"]
 
 
 def psql(sql, db=None, timeout=3600, port=None):
-    """Run SQL through psql (unaligned, tuples only, '|' separated); stdout.
-    port: another server than the benchmark cluster (section 7's nodes)."""
-    r = subprocess.run(
-        [f"{PGBIN}/psql", "-X", "-q", "-At", "-F", "|", "-v", "ON_ERROR_STOP=1",
-         *conn_args(port), "-d", db or P["db"]],
-        input=sql, capture_output=True, text=True, timeout=timeout)
-    if r.returncode != 0:
-        raise BenchError(f"psql exit {r.returncode}: {r.stderr.strip()}\n-- SQL:\n{sql.strip()[:600]}")
-    return r.stdout
+    """Run SQL through psql (benchlib.psql) on the benchmark cluster, or
+    with port on another server (section 7's nodes); stdout."""
+    return benchlib.psql(PGBIN, port or P["port"], db or P["db"], sql, timeout=timeout)
 
 
 def tagged(out, tag):
@@ -273,16 +266,6 @@ def server_settings():
 
 # ---------------------------------------------------------------- setup
 
-# A query timed inside the server (no client round trip in the figure).
-BENCH_TIME_FUNCTION = """
-CREATE FUNCTION bench_time(q text, OUT us double precision, OUT n bigint) LANGUAGE plpgsql AS $f$
-DECLARE t0 timestamptz;
-BEGIN
-  t0 := clock_timestamp();
-  EXECUTE q INTO n;
-  us := extract(epoch FROM clock_timestamp() - t0) * 1e6;
-END $f$;
-"""
 
 def setup():
     psql(f"DROP DATABASE IF EXISTS {P['db']} WITH (FORCE);", db="postgres")
@@ -692,7 +675,7 @@ def bench_peers():
     """leaf_id against what a user would pick instead, in the same run: one
     session (ns per ID, net of the same loop without a call: the floor) and
     peer_clients pgbench clients drawing peer_batch IDs per statement. A peer
-    extension that scripts/bench-peers.sh could not build is skipped, and the
+    extension that bench/bench-peers.sh could not build is skipped, and the
     results say why."""
     status = peer_status()
     skipped = {name: {"version": v, "reason": why} for name, (v, why) in status.items() if why}
@@ -796,7 +779,7 @@ def bench_tags():
 # ---------------------------------------------------------------- 7. many nodes
 
 def bench_multinode():
-    """Section 7 starts and stops its own Citus nodes: scripts/bench_multinode.py."""
+    """Section 7 starts and stops its own Citus nodes: bench/bench_multinode.py."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import bench_multinode
     return bench_multinode.run(sys.modules[__name__])

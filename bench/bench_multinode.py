@@ -1,6 +1,6 @@
 """Section 7 of the benchmark suite: many nodes on Citus.
 
-Imported by scripts/bench_run.py (run(B) gets that module, for its helpers
+Imported by bench/bench_run.py (run(B) gets that module, for its helpers
 and parameters). Starts its own nodes in target/bench-citus (ports
 BENCH_MN_PORT, +1, +2), each with shared_preload_libraries =
 'citus,leaf_id', and stops them before it returns, whatever happens.
@@ -121,7 +121,7 @@ jit = off
 max_parallel_workers_per_gather = 0
 citus.log_remote_commands = off
 leaf_id.node_name = '{name}'
-# every tag keeps its leaf_alloc.step (see scripts/bench_multinode.py)
+# every tag keeps its leaf_alloc.step (see bench/bench_multinode.py)
 leaf_id.max_step = 1
 """)
 

@@ -2,18 +2,18 @@
 # What leaf_id.synchronized_standby_slots costs (a benchmark, not a test):
 # refill latency and 8-client IDs per second with the rule on ('*') and off,
 # alternating, on a primary with one asynchronous standby streaming through a
-# physical slot on loopback (scripts/bench_standby.py). Writes its section of
+# physical slot on loopback (bench/bench_standby.py). Writes its section of
 # docs/BENCHMARKS.md (between the "standby cost" markers).
 #
-#   bash scripts/bench-standby.sh               # about 3 minutes
-#   BENCH_HA_REPS=3 BENCH_HA_SECONDS=3 bash scripts/bench-standby.sh
-#   PG_MAJOR=17 bash scripts/bench-standby.sh   # another major's server
+#   bash bench/bench-standby.sh               # about 3 minutes
+#   BENCH_HA_REPS=3 BENCH_HA_SECONDS=3 bash bench/bench-standby.sh
+#   PG_MAJOR=17 bash bench/bench-standby.sh   # another major's server
 # Ports BENCH_HA_PORT (28890) and the next one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BENCH_COMMAND=$(env | grep -E '^BENCH_HA_(REPS|SECONDS|TAGS)=' | sort | tr '\n' ' ' || true)
-export BENCH_COMMAND="${BENCH_COMMAND}${PG_MAJOR:+PG_MAJOR=$PG_MAJOR }bash scripts/bench-standby.sh"
+export BENCH_COMMAND="${BENCH_COMMAND}${PG_MAJOR:+PG_MAJOR=$PG_MAJOR }bash bench/bench-standby.sh"
 [ -n "${PG_CONFIG:-}" ] || bash scripts/pg-server.sh "${PG_MAJOR:-15}" >/dev/null
 bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -55,7 +55,7 @@ runuser -u postgres -- env ${PG_LD_LIBRARY_PATH:+LD_LIBRARY_PATH="$PG_LD_LIBRARY
   PGBIN="$PGBIN" PORT="$PORT" WORK="$WORK" REPORT="$WORK/report.md" BENCH_COMMAND="$BENCH_COMMAND" \
   ${BENCH_HA_REPS:+BENCH_HA_REPS=$BENCH_HA_REPS} ${BENCH_HA_SECONDS:+BENCH_HA_SECONDS=$BENCH_HA_SECONDS} \
   ${BENCH_HA_TAGS:+BENCH_HA_TAGS=$BENCH_HA_TAGS} \
-  /usr/bin/python3 "$ROOT/scripts/bench_standby.py"
+  /usr/bin/python3 "$ROOT/bench/bench_standby.py"
 cp "$WORK/report.md" "$ROOT/docs/BENCHMARKS.md"
 stop_all
 trap - EXIT

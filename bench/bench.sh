@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # The benchmark command (benchmarks are not tests: they measure, never fail).
 #
-#   bash scripts/bench.sh                  # full run, about 17 minutes on 2 cores
-#   BENCH_QUICK=1 bash scripts/bench.sh    # quick check of the suite, about 5 minutes
-#   BENCH_SECTIONS=multinode bash scripts/bench.sh   # only section 7, about 5 minutes
-#   PG_MAJOR=18 bash scripts/bench.sh      # on PostgreSQL 18 (target/pg18, scripts/pg-server.sh),
+#   bash bench/bench.sh                  # full run, about 17 minutes on 2 cores
+#   BENCH_QUICK=1 bash bench/bench.sh    # quick check of the suite, about 5 minutes
+#   BENCH_SECTIONS=multinode bash bench/bench.sh   # only section 7, about 5 minutes
+#   PG_MAJOR=18 bash bench/bench.sh      # on PostgreSQL 18 (target/pg18, scripts/pg-server.sh),
 #                                          # with uuidv7() as a competitor; writes
 #                                          # docs/BENCHMARKS-pg18.md (no section 7: Citus is on 15)
 #
 # Sets up and builds leaf_id (release), starts a throwaway cluster in
 # target/bench-cluster (port BENCH_PORT, default 28870) with fixed settings,
-# runs scripts/bench_run.py (raw results in target/bench-work/results.json),
+# runs bench/bench_run.py (raw results in target/bench-work/results.json),
 # stops the cluster, and writes docs/BENCHMARKS.md and docs/bench-scaling.svg
-# with scripts/bench_report.py.
+# with bench/bench_report.py.
 #
 # Sizes (defaults full / quick): BENCH_N (5000000 / 500000) IDs per bulk
 # query, BENCH_SECONDS (5 / 1) per pgbench run, BENCH_REPS (3 / 3),
@@ -34,7 +34,7 @@
 # BENCH_PEER_CLIENTS (8) pgbench clients drawing BENCH_PEER_BATCH (100) IDs
 # per statement (BENCH_REPS runs of BENCH_SECONDS). The two extensions are
 # built from their released sources and installed into the server by
-# scripts/bench-peers.sh (sources: LEAF_ID_PEER_SNOWFLAKE_SRC,
+# bench/bench-peers.sh (sources: LEAF_ID_PEER_SNOWFLAKE_SRC,
 # LEAF_ID_PEER_UUIDV7_SRC, a directory or tarball; else
 # target/peers/<name>-<version>.tar.gz; else a download from GitHub); one
 # that cannot be had or built is skipped with a SKIP line here and in the
@@ -62,7 +62,7 @@ START=$(date +%s)
 # the command line printed in the report: the BENCH_* variables the caller set
 BENCH_COMMAND=$(env | grep -E '^BENCH_(QUICK|N|SECONDS|REPS|BULK_REPS|INSERT_ROWS|CLIENTS|BATCH|RT_CLIENTS|REFILL_CLIENTS|REFILL_BATCH|REFILL_STEPS|SEG_STEP|SECTIONS|PORT|MN_SECONDS|MN_REPS|MN_CLIENTS|MN_PORT|BATCH_N|BATCH_CALL|PEER_N|PEER_REPS|PEER_CLIENTS|PEER_BATCH|TAG_N|TAG_COUNTS)=' \
   | sort | sed -E "s/^([A-Z_]+)=(.*)$/\1='\2'/; s/='([A-Za-z0-9_.]+)'$/=\1/" | tr '\n' ' ' || true)
-export BENCH_COMMAND="${BENCH_COMMAND}${PG_MAJOR:+PG_MAJOR=$PG_MAJOR }bash scripts/bench.sh"
+export BENCH_COMMAND="${BENCH_COMMAND}${PG_MAJOR:+PG_MAJOR=$PG_MAJOR }bash bench/bench.sh"
 export BENCH_PORT=${BENCH_PORT:-28870}
 
 # the chart needs matplotlib: Debian's package, since Debian's Python refuses
@@ -106,15 +106,15 @@ export BENCH_WORK=$WORK
 mkdir -p "$ROOT/target"; ensure_postgres_can_reach "$ROOT/target"
 cluster_stop "$DATA" immediate   # left over from an interrupted run
 cluster_init "$DATA" "$BENCH_PORT"
-cat scripts/bench-settings.conf >> "$DATA/postgresql.conf"
+cat bench/bench-settings.conf >> "$DATA/postgresql.conf"
 rm -rf "$WORK"
 mkdir -p "$WORK"
 # the peers section's extensions, built and installed only when it runs
 export BENCH_PEERS_FILE=
 if [[ $SECTIONS == *" peers "* ]]; then
-  echo "== peers (scripts/bench-peers.sh), PostgreSQL $PG_MAJOR"
+  echo "== peers (bench/bench-peers.sh), PostgreSQL $PG_MAJOR"
   BENCH_PEERS_FILE=$WORK/peers.txt
-  bash scripts/bench-peers.sh "$BENCH_PEERS_FILE"
+  bash bench/bench-peers.sh "$BENCH_PEERS_FILE"
   while read -r status name version reason; do
     if [ "$status" = skip ]; then echo "== SKIP: peer $name $version will NOT RUN: $reason"; fi
   done <"$BENCH_PEERS_FILE"
@@ -136,13 +136,13 @@ stop_all() {
   return 0
 }
 trap stop_all EXIT
-"$PYTHON" scripts/bench_run.py "$WORK/results.json"
+"$PYTHON" bench/bench_run.py "$WORK/results.json"
 stop_all
 trap - EXIT
 
 export BENCH_TOTAL_SECONDS=$(( $(date +%s) - START ))
 mkdir -p docs
-"$PYTHON" scripts/bench_report.py "$WORK/results.json" "$REPORT" "$CHART"
+"$PYTHON" bench/bench_report.py "$WORK/results.json" "$REPORT" "$CHART"
 echo "== benchmarks done in ${BENCH_TOTAL_SECONDS} s: $REPORT, $CHART"
 [ -z "$CITUS_SKIP" ] || echo "== SKIP: section 7 (many nodes, Citus) NOT RUN: $CITUS_SKIP"
 if [ -n "$BENCH_PEERS_FILE" ]; then

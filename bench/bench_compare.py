@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The side-by-side benchmark's measurements and report (started by
-scripts/bench-compare.sh, which builds both sides and starts their servers).
+bench/bench-compare.sh, which builds both sides and starts their servers).
 
 Usage: bench_compare.py BASE_PORT CURRENT_PORT REPORT.md START_EPOCH
 
@@ -20,7 +20,8 @@ import subprocess
 import sys
 import time
 
-from bench_run import BENCH_TIME_FUNCTION
+import benchlib
+from benchlib import BENCH_TIME_FUNCTION
 
 PGBIN = os.environ["BENCH_PGBIN"]
 PG_MAJOR = int(os.environ["BENCH_PG_MAJOR"])
@@ -56,12 +57,10 @@ SCALING = [
 
 
 def psql(port, sql, db="bench"):
-    r = subprocess.run([f"{PGBIN}/psql", "-X", "-q", "-At", "-F", "|", "-v", "ON_ERROR_STOP=1",
-                        "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-d", db],
-                       input=sql, capture_output=True, text=True, timeout=3600, env=ENV)
-    if r.returncode != 0:
-        sys.exit(f"bench_compare: psql on port {port}: {r.stderr.strip()}\n-- SQL:\n{sql[:500]}")
-    return r.stdout
+    try:
+        return benchlib.psql(PGBIN, port, db, sql, env=ENV)
+    except benchlib.BenchError as e:
+        sys.exit(f"bench_compare: {e}")
 
 
 def setup(port):
@@ -158,8 +157,8 @@ def main():
 
     lines = []
     lines.append("# Side by side: this build against the previous release\n")
-    lines.append("<!-- written by scripts/bench-compare.sh; do not edit by hand -->\n")
-    lines.append(f"Command: `{os.environ.get('BENCH_COMMAND', 'bash scripts/bench-compare.sh')}`; "
+    lines.append("<!-- written by bench/bench-compare.sh; do not edit by hand -->\n")
+    lines.append(f"Command: `{os.environ.get('BENCH_COMMAND', 'bash bench/bench-compare.sh')}`; "
                  f"PostgreSQL {PG_MAJOR}, two servers with the same settings on one machine "
                  f"({os.cpu_count()} cores), each measurement alternating between them, {REPS} repetitions, "
                  f"medians; the run took {int(time.time()) - start} s (builds included).\n")

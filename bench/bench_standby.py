@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """What leaf_id.synchronized_standby_slots costs (issue 29), run by
-scripts/bench-standby.sh: a primary and one asynchronous standby streaming
+bench/bench-standby.sh: a primary and one asynchronous standby streaming
 through slot s1 on loopback, the rule '*' against '' (off), alternating, in
 the same run:
   - refill latency: the first call of a fresh tag waits for its first refill
@@ -139,10 +139,10 @@ def main():
     med = {k: statistics.median(v) for k, v in ids.items()}
     version = sql("SELECT version()")[0][0].split(" on ")[0]
     lines = [
-        "<!-- standby cost: begin; scripts/bench-standby.sh replaces this block -->",
+        "<!-- standby cost: begin; bench/bench-standby.sh replaces this block -->",
         "## What `leaf_id.synchronized_standby_slots` costs",
         "",
-        f"Command: `{os.environ.get('BENCH_COMMAND', 'bash scripts/bench-standby.sh')}` ({version}, "
+        f"Command: `{os.environ.get('BENCH_COMMAND', 'bash bench/bench-standby.sh')}` ({version}, "
         f"{time.strftime('%Y-%m-%d')}, {int(time.time() - t_start)} s; the machine above). A primary and one "
         "asynchronous standby streaming through slot `s1` on loopback (both on this machine's 2 cores), "
         "`fsync = on`; the setting `'*'` (on) against `''` (off), alternating, "

@@ -9,9 +9,9 @@
 # change that costs 10% shows as 10% whatever the machine's noise does to
 # the absolute figures. Writes docs/BENCHMARKS-compare.md.
 #
-#   bash scripts/bench-compare.sh                    # about 6 minutes on 2 cores (after the builds)
-#   BENCH_BASE=3fdc11c bash scripts/bench-compare.sh # against that commit
-#   PG_MAJOR=18 bash scripts/bench-compare.sh        # on 18 (16, 17 or 18; 17 by default)
+#   bash bench/bench-compare.sh                    # about 6 minutes on 2 cores (after the builds)
+#   BENCH_BASE=3fdc11c bash bench/bench-compare.sh # against that commit
+#   PG_MAJOR=18 bash bench/bench-compare.sh        # on 18 (16, 17 or 18; 17 by default)
 #
 # Sizes: BENCH_N (3000000) IDs per single-session query, BENCH_REPS (5)
 # repetitions of each, BENCH_SECONDS (5) per pgbench run, BENCH_CLIENTS (8),
@@ -79,8 +79,8 @@ cp -a "$ROOT/target/pg$PG_MAJOR" "$PGCOPY"
 mkdir -p "$ROOT/target"; ensure_postgres_can_reach "$ROOT/target"
 export BENCH_PORT=${BENCH_PORT:-28880}
 DATA_BASE=$BASE_DIR/cluster DATA_CUR=$ROOT/target/bench-compare-cluster
-# the same settings on both (and as scripts/bench.sh)
-settings() { cat scripts/bench-settings.conf >> "$1/postgresql.conf"; }
+# the same settings on both (and as bench/bench.sh)
+settings() { cat bench/bench-settings.conf >> "$1/postgresql.conf"; }
 cluster_stop "$DATA_BASE" immediate
 cluster_stop "$DATA_CUR" immediate
 (PG_CONFIG=$PGCOPY/bin/pg_config; . scripts/pg.sh; cluster_init "$DATA_BASE" "$BENCH_PORT"; settings "$DATA_BASE"; cluster_start "$DATA_BASE")
@@ -95,9 +95,9 @@ trap stop_all EXIT
 export BENCH_PGBIN=$PGBIN BENCH_PG_MAJOR=$PG_MAJOR
 export BENCH_BASE_LABEL="$base_short (leaf_id $base_version)" BENCH_CURRENT_LABEL="$current_desc (leaf_id $(sed -nE 's/^version = "(.*)"/\1/p' Cargo.toml | head -1))"
 BENCH_COMMAND=$(env | grep -E '^BENCH_(BASE|N|REPS|SECONDS|CLIENTS|INSERT_ROWS|PORT)=' | sort | tr '\n' ' ' || true)
-export BENCH_COMMAND="${BENCH_COMMAND}PG_MAJOR=$PG_MAJOR bash scripts/bench-compare.sh"
+export BENCH_COMMAND="${BENCH_COMMAND}PG_MAJOR=$PG_MAJOR bash bench/bench-compare.sh"
 export BENCH_LD_LIBRARY_PATH=${PG_LD_LIBRARY_PATH:-}
-python3 scripts/bench_compare.py "$BENCH_PORT" "$((BENCH_PORT + 1))" docs/BENCHMARKS-compare.md "$START"
+python3 bench/bench_compare.py "$BENCH_PORT" "$((BENCH_PORT + 1))" docs/BENCHMARKS-compare.md "$START"
 stop_all
 trap - EXIT
 echo "== done in $(( $(date +%s) - START )) s: docs/BENCHMARKS-compare.md"

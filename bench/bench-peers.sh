@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Build the benchmark's peers (the `peers` section of scripts/bench.sh) from
+# Build the benchmark's peers (the `peers` section of bench/bench.sh) from
 # their released sources with PGXS and install them into the server that
 # scripts/pg.sh picks (PG_CONFIG, or PG_MAJOR; Debian's 15 by default):
 #   snowflake 2.6.0   pgEdge's snowflake.nextval()
 #   pg_uuidv7 1.6.0   uuid_generate_v7()
-# Nothing of them is part of leaf_id or of this repository. scripts/bench.sh
+# Nothing of them is part of leaf_id or of this repository. bench/bench.sh
 # calls this only when the `peers` section runs: it installs into the server.
 #
-#   bash scripts/bench-peers.sh STATUS_FILE
+#   bash bench/bench-peers.sh STATUS_FILE
 #
 # The source of each, in this order: a directory or tarball named by
 # LEAF_ID_PEER_SNOWFLAKE_SRC / LEAF_ID_PEER_UUIDV7_SRC; else
@@ -22,7 +22,7 @@
 #
 # pgEdge snowflake needs no shared_preload_libraries (its _PG_init only
 # defines the GUC snowflake.node), but snowflake.nextval() fails until
-# snowflake.node (1..1023) is set: scripts/bench.sh sets it in its cluster.
+# snowflake.node (1..1023) is set: bench/bench.sh sets it in its cluster.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
