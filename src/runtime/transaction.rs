@@ -289,65 +289,19 @@ pub(crate) fn in_transaction<T>(
         let committed_ref = committed_ref;
         let commit_end_ref = commit_end_ref;
         let job = job;
-        let result = match installed_extension() {
-            Err(e) => Err(e),
-            Ok(Some((schema, version))) => match Catalog::from_version(&version) {
-                Some(catalog) => force_remote_settings().and_then(|()| (job.0)(&schema, catalog)),
-                None => Err(JobError::new(
-                    PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-                    format!(
-                        "leaf_id's library {CATALOG_VERSION} cannot serve its catalog of version {version} in this database: \
-                         run ALTER EXTENSION leaf_id UPDATE"
-                    ),
-                )),
-            },
-            Ok(None) => Err(JobError::new(
-                PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
-                EXTENSION_GONE,
-            )),
-        };
-        if result.is_ok() {
-            // SAFETY: in the transaction started above, still in progress (the job returned Ok, and
-            // jobs run SPI only, which never ends the transaction); the call only reads its state.
-            let wrote = unsafe { pg_sys::GetTopTransactionIdIfAny() } != pg_sys::InvalidTransactionId;
-            let sync_wait = wrote && synchronous_standbys_defined();
-            if sync_wait {
-                crate::runtime::standby_wait::note_synchronous_commit(true);
-            }
-            // SAFETY: the snapshot pushed at the start is on top (each Spi::connect popped what it
-            // pushed) and the transaction started above is in progress, so both calls end what this
-            // function began.
-            unsafe {
-                pg_sys::PopActiveSnapshot();
-                pg_sys::CommitTransactionCommand();
-            }
-            if sync_wait {
-                crate::runtime::standby_wait::note_synchronous_commit(false);
-            }
-            *committed_ref.0 = true;
-            if wrote {
-                // SAFETY: XactLastCommitEnd is this process's global, set by the commit just made;
-                // read by value through a raw pointer, with no reference to the static.
-                *commit_end_ref.0 = Some(unsafe { (&raw const pg_sys::XactLastCommitEnd).read() });
-            }
-            if wrote && !commit_replicated() {
-                return Err(JobError::new(
-                    PgSqlErrorCode::ERRCODE_QUERY_CANCELED,
-                    "the leaf_id worker's wait for the synchronous standby was cancelled: its commit is not used",
-                ));
-            }
+        let value = run_job(job.0)?;
+        let end = commit_job();
+        *committed_ref.0 = true;
+        *commit_end_ref.0 = end;
+        if end.is_some() && !commit_replicated() {
+            return Err(JobError::new(
+                PgSqlErrorCode::ERRCODE_QUERY_CANCELED,
+                "the leaf_id worker's wait for the synchronous standby was cancelled: its commit is not used",
+            ));
         }
-        result
+        Ok(value)
     })
-    .catch_others(|e| {
-        let (report, sqlstate) = match &e {
-            // raised by Postgres (SPI): a user's code may hide behind XX000
-            CaughtError::PostgresError(r) => (r, raw_code_of(r.sql_error_code())),
-            CaughtError::ErrorReport(r) => (r, code_of(r.sql_error_code())),
-            CaughtError::RustPanic { ereport, .. } => (ereport, code_of(ereport.sql_error_code())),
-        };
-        Err(JobError::reported(sqlstate, report.message().to_string()))
-    })
+    .catch_others(|e| Err(job_error_of(e)))
     .execute();
     if !committed {
         // SAFETY: the transaction started above was not committed: an error (caught by
@@ -361,6 +315,65 @@ pub(crate) fn in_transaction<T>(
         (Ok(value), Some(end)) => crate::runtime::standby_wait::confirm(end).map(|()| value),
         (result, _) => result,
     }
+}
+
+/// The job, given the extension's schema and its catalog version, read
+/// once here: one this library does not serve is refused before the job
+/// runs, and a dropped extension ends the worker (`EXTENSION_GONE`).
+fn run_job<T>(job: impl FnOnce(&Schema, Catalog) -> Result<T, JobError>) -> Result<T, JobError> {
+    let Some((schema, version)) = installed_extension()? else {
+        return Err(JobError::new(
+            PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+            EXTENSION_GONE,
+        ));
+    };
+    let Some(catalog) = Catalog::from_version(&version) else {
+        return Err(JobError::new(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!(
+                "leaf_id's library {CATALOG_VERSION} cannot serve its catalog of version {version} in this database: \
+                 run ALTER EXTENSION leaf_id UPDATE"
+            ),
+        ));
+    };
+    force_remote_settings()?;
+    job(&schema, catalog)
+}
+
+/// Commit the job's transaction (noting a wait for synchronous standbys
+/// while it lasts): the end of its commit record, if it wrote.
+fn commit_job() -> Option<u64> {
+    // SAFETY: in the transaction `in_transaction` started, still in progress (the job returned
+    // Ok, and jobs run SPI only, which never ends the transaction); the call only reads its state.
+    let wrote = unsafe { pg_sys::GetTopTransactionIdIfAny() } != pg_sys::InvalidTransactionId;
+    let sync_wait = wrote && synchronous_standbys_defined();
+    if sync_wait {
+        crate::runtime::standby_wait::note_synchronous_commit(true);
+    }
+    // SAFETY: the snapshot `in_transaction` pushed is on top (each Spi::connect popped what it
+    // pushed) and its transaction is in progress, so both calls end what it began.
+    unsafe {
+        pg_sys::PopActiveSnapshot();
+        pg_sys::CommitTransactionCommand();
+    }
+    if sync_wait {
+        crate::runtime::standby_wait::note_synchronous_commit(false);
+    }
+    // SAFETY: XactLastCommitEnd is this process's global, set by the commit just made; read by
+    // value through a raw pointer, with no reference to the static.
+    wrote.then(|| unsafe { (&raw const pg_sys::XactLastCommitEnd).read() })
+}
+
+/// A job's error caught from Postgres (SPI), a raised report or a panic,
+/// with its SQLSTATE as raised (`raw_code_of`).
+fn job_error_of(e: CaughtError) -> JobError {
+    let (report, sqlstate) = match &e {
+        // raised by Postgres (SPI): a user's code may hide behind XX000
+        CaughtError::PostgresError(r) => (r, raw_code_of(r.sql_error_code())),
+        CaughtError::ErrorReport(r) => (r, code_of(r.sql_error_code())),
+        CaughtError::RustPanic { ereport, .. } => (ereport, code_of(ereport.sql_error_code())),
+    };
+    JobError::reported(sqlstate, report.message().to_string())
 }
 
 /// Puts `error_context_stack` back to the entry it holds when dropped.
