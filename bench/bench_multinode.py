@@ -45,12 +45,12 @@ GENERATORS = [
 # src/snowflake/lease_renew.rs persist() (one UPDATE, autocommit). Constants stand
 # in for the worker's parameters.
 RESERVE = """BEGIN;
-UPDATE public.TABLE SET update_time = pg_catalog.now() WHERE biz_tag OPERATOR(pg_catalog.=) 'bench_rt' RETURNING max_id AS m, step \\gset
-UPDATE public.TABLE SET update_time = pg_catalog.now(), max_id = CASE WHEN max_id OPERATOR(pg_catalog.=) :m THEN :m + 1 ELSE public.leaf_id_alloc_row_conflict(biz_tag, max_id) END WHERE biz_tag OPERATOR(pg_catalog.=) 'bench_rt' RETURNING max_id;
-SELECT max_id FROM public.TABLE WHERE biz_tag OPERATOR(pg_catalog.=) 'bench_rt';
+UPDATE leaf_id_catalog.TABLE SET update_time = pg_catalog.now() WHERE biz_tag OPERATOR(pg_catalog.=) 'bench_rt' RETURNING max_id AS m, step \\gset
+UPDATE leaf_id_catalog.TABLE SET update_time = pg_catalog.now(), max_id = CASE WHEN max_id OPERATOR(pg_catalog.=) :m THEN :m + 1 ELSE public.leaf_id_alloc_row_conflict(biz_tag, max_id) END WHERE biz_tag OPERATOR(pg_catalog.=) 'bench_rt' RETURNING max_id;
+SELECT max_id FROM leaf_id_catalog.TABLE WHERE biz_tag OPERATOR(pg_catalog.=) 'bench_rt';
 COMMIT;
 """
-PERSIST = """UPDATE public.TABLE SET last_timestamp = CASE WHEN node_name OPERATOR(pg_catalog.=) 'bench-renewal' AND owner_token OPERATOR(pg_catalog.=) 42 THEN GREATEST(last_timestamp, 4102444800000) ELSE public.leaf_id_worker_row_conflict(worker_id, node_name, owner_token) END, epoch_ms = 1288834974657, heartbeat_at = pg_catalog.now() WHERE worker_id OPERATOR(pg_catalog.=) 1023 RETURNING last_timestamp;
+PERSIST = """UPDATE leaf_id_catalog.TABLE SET last_timestamp = CASE WHEN node_name OPERATOR(pg_catalog.=) 'bench-renewal' AND owner_token OPERATOR(pg_catalog.=) 42 THEN GREATEST(last_timestamp, 4102444800000) ELSE public.leaf_id_worker_row_conflict(worker_id, node_name, owner_token) END, epoch_ms = 1288834974657, heartbeat_at = pg_catalog.now() WHERE worker_id OPERATOR(pg_catalog.=) 1023 RETURNING last_timestamp;
 """
 STATEMENTS = [
     ("reserve_ref", RESERVE.replace("TABLE", "leaf_alloc")),
