@@ -153,7 +153,7 @@ class Report:
                "`BENCH_N`, `BENCH_SECONDS`, `BENCH_REPS`, `BENCH_BULK_REPS`, `BENCH_INSERT_ROWS`, `BENCH_CLIENTS`, `BENCH_BATCH`, "
                "`BENCH_RT_CLIENTS`, `BENCH_REFILL_CLIENTS`, `BENCH_REFILL_BATCH`, `BENCH_REFILL_STEPS`, "
                "`BENCH_SEG_STEP`, for the peers and tags sections `BENCH_PEER_N`, `BENCH_PEER_REPS`, `BENCH_PEER_CLIENTS`, "
-               "`BENCH_PEER_BATCH`, `BENCH_TAG_N`, `BENCH_TAG_COUNTS`, and for section 7 `BENCH_MN_SECONDS`, `BENCH_MN_REPS`, `BENCH_MN_CLIENTS`, `BENCH_MN_PORT`; "
+               "`BENCH_PEER_BATCH`, `BENCH_TAG_N`, `BENCH_TAG_COUNTS`, `BENCH_TAG_STEP`, and for section 7 `BENCH_MN_SECONDS`, `BENCH_MN_REPS`, `BENCH_MN_CLIENTS`, `BENCH_MN_PORT`; "
                "`BENCH_QUICK=1` picks small defaults for a quick check, `BENCH_SECTIONS` picks sections.", "")
         self.w("## Machine", "", "| | |", "|---|---|",
                f"| CPU | {m['cpu']} ({m['cores']} cores as seen by the OS) |",
@@ -699,7 +699,7 @@ class Report:
                "One session drawing IDs from several tags in turn, as an application inserting into several "
                "tables with a tag each: `SELECT count(leaf_segment_next('tg' || (g % k))) FROM generate_series(1, "
                f"{n}) g` ({n:,} IDs, `BENCH_TAG_N`), the tag name computed per row; the tags (step "
-               f"{self.p['seg_step']:,}) are created in `leaf_alloc` and loaded before, and each run starts with one "
+               f"{self.p.get('tag_step', self.p['seg_step']):,}, `BENCH_TAG_STEP`) are created in `leaf_alloc` and loaded before, and each run starts with one "
                "pass over them in the same session. *Net* is the time less the same query computing the tag name "
                f"without the call (`count('tg' || (g % k))`, measured alongside). Medians of {self.p['peer_reps']} runs "
                f"(`BENCH_PEER_REPS`). The goal: at most 1.5× one tag's net time for any number of tags. "

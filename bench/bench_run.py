@@ -86,7 +86,8 @@ P = {
     "peer_clients": env_int("BENCH_PEER_CLIENTS", 8, 8),
     "peer_batch": env_int("BENCH_PEER_BATCH", 100, 100),
     # tags in turn: IDs per query, numbers of tags
-    "tag_n": env_int("BENCH_TAG_N", 1_000_000, 200_000),
+    "tag_n": env_int("BENCH_TAG_N", 5_000_000, 200_000),
+    "tag_step": env_int("BENCH_TAG_STEP", 100_000, 100_000),
     "tag_counts": [int(x) for x in env_str("BENCH_TAG_COUNTS", "1 2 64 1000").split()],
     "sections": env_str("BENCH_SECTIONS", "bulk scaling roundtrip insert refill batch peers tags profile multinode").split(),
     "work": env_str("BENCH_WORK", os.path.join(ROOT, "target", "bench-work")),
@@ -730,10 +731,12 @@ TAG_PREFIX = "tg"
 
 
 def ensure_tags(k):
-    """Tags tg0 .. tg{k-1} in leaf_alloc (step BENCH_SEG_STEP), each loaded
-    once (its first refill): not part of any measurement."""
+    """Tags tg0 .. tg{k-1} in leaf_alloc (step BENCH_TAG_STEP: large, so
+    that the worker's refills, which share the two cores, hardly run during
+    a measurement), each loaded once (its first refill): not part of any
+    measurement."""
     psql(f"INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, description) "
-         f"SELECT '{TAG_PREFIX}' || i, {P['seg_step']}, 'benchmark: tags in turn' FROM generate_series(0, {k - 1}) i "
+         f"SELECT '{TAG_PREFIX}' || i, {P['tag_step']}, 'benchmark: tags in turn' FROM generate_series(0, {k - 1}) i "
          "ON CONFLICT DO NOTHING;\n"
          f"SELECT count({tags_call(k)}) FROM generate_series(1, {k}) g;")
 
