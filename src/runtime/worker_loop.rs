@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 /// # Safety
 ///
-/// Only as the `on_shmem_exit` callback `leaf_id_worker_main` registers once the worker holds its
+/// Only as the `on_shmem_exit` callback `attach` registers once the worker holds its
 /// slot: PostgreSQL calls it once, at this worker's exit, with the Datum packed there (the database
 /// slot's index, below `n_dbs`, and the role), and before ProcKill (registered earlier, so run
 /// later) gives up the PGPROC that the LWLocks and the broadcast below need.

@@ -42,7 +42,7 @@ fn random() -> i64 {
     static mut STATE: u64 = 0;
     // SAFETY: STATE is this function's own, so only this code touches it;
     // it is called from the SQL functions' draws (`&mut random` in
-    // `next_ids`), on the backend's one thread (no Rust thread of this
+    // `take`), on the backend's one thread (no Rust thread of this
     // library draws IDs), and is not reentered: no two accesses overlap. It
     // is read and written by value, with no reference to it. MyProcPid is
     // the process's plain int global, set at its start.
