@@ -145,7 +145,7 @@ mod tests {
         // another internal error, or the text under another code, stays
         let other = JobError::reported(internal, "cache lookup failed".into());
         assert_eq!(other.sqlstate, internal);
-        let raised = code_of(PgSqlErrorCode::ERRCODE_RAISE_EXCEPTION);
+        let raised = code_of(PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE);
         let user = JobError::reported(raised, CITUS_ESSENTIAL_CONNECTION_FAILED.into());
         assert_eq!(user.sqlstate, raised);
     }
