@@ -275,7 +275,10 @@ mod tests {
     fn the_front_is_a_power_of_two_of_sets_and_its_size_is_as_documented() {
         assert!(FRONT_SETS.is_power_of_two());
         assert_eq!(FRONT_SETS * FRONT_WAYS, 1024);
-        assert_eq!(FRONT_SETS * FRONT_WAYS * std::mem::size_of::<FrontEntry>(), 56 * 1024);
+        assert_eq!(
+            FRONT_SETS * FRONT_WAYS * std::mem::size_of::<FrontEntry>(),
+            56 * 1024
+        );
     }
 
     #[test]
