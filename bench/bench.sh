@@ -23,7 +23,7 @@
 # BENCH_REFILL_STEPS ("10 100 1000"), BENCH_SEG_STEP (1000), BENCH_SECTIONS
 # ("bulk scaling roundtrip insert refill batch peers tags profile multinode";
 # profile: perf samples of one session drawing segment IDs from one tag and
-# from 64 tags in turn, Debian's linux-perf).
+# from 64 and 1,000 tags in turn, Debian's linux-perf).
 #
 # Section peers: leaf_id against what a user would pick instead, in the same
 # run: nextval() CACHE 1000, leaf_snowflake_next() also with

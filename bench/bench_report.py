@@ -728,7 +728,7 @@ class Report:
             net, runs = self.tag_net(k)
             self.ns_goal(f"{k:,} tags in turn: net time per ID at most 1.5× one tag's (Tags in turn)",
                          net, runs, one, one_runs, 1.5,
-                         "See the profile of 64 tags in turn (the hot path) for what the time per ID is made of.")
+                         "See the profiles of 64 and 1,000 tags in turn (the hot path) for what the time per ID is made of.")
 
     def goals_section(self):
         self.compute_goals()
@@ -894,6 +894,14 @@ class Report:
                    "output `pg_ultoa_n`, the concatenation `textcat`, which shows as `bytea_catenate`), and the "
                    "call's lookup of the tag's slot (`TagCache::get`).", "")
             self.profile_tables(t64)
+        t1000 = pr.get("tags1000")
+        if t1000:
+            self.w("### 1,000 tags in turn", "",
+                   f"The same, of one backend running `{t1000['query']}`. The session's tags no longer fit in "
+                   "the processor's first-level cache: each call's lookup (`TagCache::get`, one 64-byte entry "
+                   "per tag, 128 KiB for 1,000 tags) and take (`take_at_hand`, the tag's shared slot) reach "
+                   "memory the previous call did not touch.", "")
+            self.profile_tables(t1000)
 
     def profile_tables(self, pr):
         self.w("| library | share of samples |", "|---|---:|")

@@ -832,9 +832,14 @@ def perf_profile(perf, name, expr, n):
             "perf_version": subprocess.run([perf, "--version"], capture_output=True, text=True).stdout.strip()}
 
 
+# the tag counts the profile section samples too: a few tables' tags, and
+# as many as a session's table of tags holds in the benchmark's tags section
+PROFILE_TAG_COUNTS = (64, 1000)
+
+
 def bench_profile():
     """What one session's leaf_segment_next('t') is made of, and the same
-    with 64 tags in turn (the key "tags64"): perf samples of one backend
+    with 64 and 1,000 tags in turn (the keys "tags64", "tags1000"): perf samples of one backend
     drawing n IDs in one query, by library and by symbol. Without perf
     (Debian's linux-perf) or its permission, an error note says so."""
     perf = shutil.which("perf")
@@ -842,13 +847,14 @@ def bench_profile():
         note_error("profile", "perf is not installed (Debian: linux-perf)")
         return {}
     res = perf_profile(perf, "profile", "leaf_segment_next('t')", P["n"])
-    try:
-        ensure_tags(64)
-        tags64 = perf_profile(perf, "profile 64 tags", tags_call(64), P["n"])
-        if tags64:
-            res["tags64"] = tags64
-    except BenchError as e:
-        note_error("profile 64 tags", str(e))
+    for k in PROFILE_TAG_COUNTS:
+        try:
+            ensure_tags(k)
+            tags = perf_profile(perf, f"profile {k} tags", tags_call(k), P["n"])
+            if tags:
+                res[f"tags{k}"] = tags
+        except BenchError as e:
+            note_error(f"profile {k} tags", str(e))
     return res
 
 
