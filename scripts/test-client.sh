@@ -13,7 +13,7 @@
 #   ${LEAF_ID_TEST_MAX_STEP:-10} (empty: leaf_id's default), so the step-10
 #   tags of the tests are refilled all the time rather than growing.
 #
-# Arguments go to `cargo test` (e.g. `--test rollback`, or a test name).
+# Arguments go to `cargo test` (e.g. `--test extended_protocol`, or a test name).
 # LEAF_ID_TEST_TIME_LIMIT (seconds, default 600) bounds the test run.
 # The tests read the server from LEAF_ID_TEST_PORT and LEAF_ID_TEST_DB, which
 # this script sets; values left in the environment are ignored.

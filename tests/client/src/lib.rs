@@ -129,6 +129,15 @@ pub fn unique_name(prefix: &str) -> String {
     format!("ct_{prefix}_{}_{nanos}_{n}", std::process::id())
 }
 
+/// A connection named `application_name` with the extension created, and a
+/// new tag of `step` (named after `prefix`).
+pub fn connect_with_tag(application_name: &str, prefix: &str, step: i32) -> (Client, Tag) {
+    let mut client = connect(application_name);
+    ensure_extension(&mut client);
+    let tag = Tag::create(&mut client, prefix, step);
+    (client, tag)
+}
+
 /// A row of `leaf_alloc` made for one test; deleted again when the test
 /// passes (kept when it panics, to look at).
 pub struct Tag {
@@ -137,11 +146,16 @@ pub struct Tag {
 
 impl Tag {
     pub fn create(client: &mut Client, prefix: &str, step: i32) -> Tag {
+        Tag::create_from(client, prefix, step, 1)
+    }
+
+    /// A tag whose row has `max_id`: its IDs start there.
+    pub fn create_from(client: &mut Client, prefix: &str, step: i32, max_id: i64) -> Tag {
         let name = unique_name(prefix);
         client
             .execute(
-                "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, description) VALUES ($1, $2, 'leaf_id client test')",
-                &[&name, &step],
+                "INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step, max_id, description) VALUES ($1, $2, $3, 'leaf_id client test')",
+                &[&name, &step, &max_id],
             )
             .unwrap_or_else(|e| panic!("inserting tag {name}: {}", pg_err(&e)));
         Tag { name }
