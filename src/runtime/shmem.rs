@@ -389,18 +389,18 @@ impl TagSlot {
     /// Global lock held (or the slot owned by the caller's database).
     pub fn tag(&self) -> String {
         let len = (self.tag_len.load(SeqCst) as usize).min(TAG_MAX_BYTES);
-        // SAFETY: the bytes are written only by `find_or_allocate_tag`, holding both the global
-        // lock and this slot's lock; every caller of `tag()` holds the slot's lock (`lock_tag` in
-        // segment::jobs and `leaf_segment_status`), so no write overlaps this borrow. `len` is
-        // clamped to the array.
+        // SAFETY: the bytes are written only by `Shared::claim_tag_slot_locked`, holding both the
+        // global lock and this slot's lock; every caller of `tag()` holds the slot's lock
+        // (`lock_tag` in segment::jobs and `leaf_segment_status`), so no write overlaps this
+        // borrow. `len` is clamped to the array.
         unsafe { String::from_utf8_lossy(&(&*self.tag.get())[..len]).into_owned() }
     }
     fn tag_is(&self, tag: &str) -> bool {
         let len = self.tag_len.load(SeqCst) as usize;
-        // SAFETY: only `find_or_allocate_tag` calls this, with the global lock held, which every
-        // write of the bytes holds too (the same function, further down); `len == tag.len()` was
-        // checked, and a stored length never exceeds TAG_MAX_BYTES (it is written with bytes that
-        // fit the array).
+        // SAFETY: only `Shared::tag_census_locked` calls this, with the global lock held, which
+        // every write of the bytes holds too (`Shared::claim_tag_slot_locked`); `len == tag.len()`
+        // was checked, and a stored length never exceeds TAG_MAX_BYTES (it is written with bytes
+        // that fit the array).
         len == tag.len() && unsafe { &(&*self.tag.get())[..len] } == tag.as_bytes()
     }
     pub fn status(&self) -> TagStatus {
@@ -763,6 +763,32 @@ pub enum NoTagSlot {
     DatabaseLoading { loading: usize },
 }
 
+/// What the tag slots hold, as seen by a database whose tag has none
+/// (`Shared::tag_census_locked`).
+#[derive(Default)]
+struct TagCensus {
+    /// The first slot no database owns.
+    free: Option<usize>,
+    /// The first slot whose tag is Missing (a database owns it, unused).
+    missing: Option<usize>,
+    /// The database's own slots, Missing ones aside.
+    held: usize,
+    /// How many of those wait for their first refill.
+    loading: usize,
+    /// The slots nobody holds: free, or Missing.
+    unheld: usize,
+    /// Per database, the slots it holds (Missing ones aside).
+    held_by: std::collections::HashMap<u32, usize>,
+}
+
+/// Where a tag stands among the tag slots of its database.
+enum TagLookup {
+    /// It has slot `slot`, of epoch `epoch`.
+    Found { slot: usize, epoch: u64 },
+    /// It has none: what the slots hold.
+    Absent(TagCensus),
+}
+
 /// Every reserved mark is in use (the caller may free those of dropped
 /// databases and try again).
 pub struct MarksFull;
@@ -987,33 +1013,15 @@ impl Shared {
         bounds: settings::TagBounds,
     ) -> Result<(usize, u64), NoTagSlot> {
         let _g = self.lock_global();
-        let (mut free, mut missing) = (None, None);
-        let (mut held, mut loading, mut unheld) = (0, 0, 0);
-        let mut held_by: std::collections::HashMap<u32, usize> = Default::default();
-        for i in 0..self.n_tags {
-            let slot = self.tag(i);
-            let owner = slot.dboid.load(SeqCst);
-            let status = slot.status();
-            if owner == dboid && status != TagStatus::Missing {
-                if slot.tag_is(tag) {
-                    return Ok((i, slot.epoch.load(SeqCst)));
-                }
-                held += 1;
-                loading += usize::from(status == TagStatus::Loading);
-            }
-            if owner == 0 || status == TagStatus::Missing {
-                unheld += 1;
-            } else {
-                *held_by.entry(owner).or_default() += 1;
-            }
-            if free.is_none() && owner == 0 {
-                free = Some(i);
-            }
-            if missing.is_none() && owner != 0 && status == TagStatus::Missing {
-                missing = Some(i);
-            }
-        }
-        let i = free.or(missing).ok_or(NoTagSlot::ServerFull)?;
+        let census = match self.tag_census_locked(dboid, tag) {
+            TagLookup::Found { slot, epoch } => return Ok((slot, epoch)),
+            TagLookup::Absent(census) => census,
+        };
+        let i = census
+            .free
+            .or(census.missing)
+            .ok_or(NoTagSlot::ServerFull)?;
+        let held = census.held;
         if held >= bounds.max_held {
             return Err(NoTagSlot::DatabaseFull { held });
         }
@@ -1022,42 +1030,97 @@ impl Shared {
         // own, and one share stays for those that come (a free database
         // slot, or one whose database has left it): a database below its
         // share does not find the server full because of one above it
-        if held >= bounds.share {
-            let (mut kept_for_others, mut newcomers) = (0, false);
-            for d in 0..self.n_dbs {
-                let db = self.db(d);
-                let o = db.dboid.load(SeqCst);
-                if o == dboid {
-                    continue;
+        if held >= bounds.share
+            && census.unheld <= self.kept_for_others_locked(dboid, &census.held_by, bounds.share)
+        {
+            return Err(NoTagSlot::DatabaseShare {
+                held,
+                share: bounds.share,
+            });
+        }
+        if census.loading >= bounds.max_loading {
+            return Err(NoTagSlot::DatabaseLoading {
+                loading: census.loading,
+            });
+        }
+        Ok((i, self.claim_tag_slot_locked(i, dboid, tag)))
+    }
+
+    /// Global lock held: the slot of `tag` in database `dboid` with its
+    /// epoch, or, when it has none, what the tag slots hold (`TagCensus`).
+    fn tag_census_locked(&self, dboid: u32, tag: &str) -> TagLookup {
+        let mut census = TagCensus::default();
+        for i in 0..self.n_tags {
+            let slot = self.tag(i);
+            let owner = slot.dboid.load(SeqCst);
+            let status = slot.status();
+            if owner == dboid && status != TagStatus::Missing {
+                if slot.tag_is(tag) {
+                    return TagLookup::Found {
+                        slot: i,
+                        epoch: slot.epoch.load(SeqCst),
+                    };
                 }
-                let theirs = held_by.get(&o).copied().unwrap_or(0);
-                if o != 0 && (theirs > 0 || db.any_worker()) {
-                    kept_for_others += bounds.share.saturating_sub(theirs);
-                } else {
-                    newcomers = true;
-                }
+                census.held += 1;
+                census.loading += usize::from(status == TagStatus::Loading);
             }
-            if newcomers {
-                kept_for_others += bounds.share;
+            if owner == 0 || status == TagStatus::Missing {
+                census.unheld += 1;
+            } else {
+                *census.held_by.entry(owner).or_default() += 1;
             }
-            if unheld <= kept_for_others {
-                return Err(NoTagSlot::DatabaseShare {
-                    held,
-                    share: bounds.share,
-                });
+            if census.free.is_none() && owner == 0 {
+                census.free = Some(i);
+            }
+            if census.missing.is_none() && owner != 0 && status == TagStatus::Missing {
+                census.missing = Some(i);
             }
         }
-        if loading >= bounds.max_loading {
-            return Err(NoTagSlot::DatabaseLoading { loading });
+        TagLookup::Absent(census)
+    }
+
+    /// Global lock held: how many unheld tag slots stay for the databases
+    /// other than `dboid`: what each one in use (a worker runs, or a tag is
+    /// cached) lacks of its `share`, and one share for those that come
+    /// when a database slot is free or its database has left it.
+    fn kept_for_others_locked(
+        &self,
+        dboid: u32,
+        held_by: &std::collections::HashMap<u32, usize>,
+        share: usize,
+    ) -> usize {
+        let (mut kept_for_others, mut newcomers) = (0, false);
+        for d in 0..self.n_dbs {
+            let db = self.db(d);
+            let o = db.dboid.load(SeqCst);
+            if o == dboid {
+                continue;
+            }
+            let theirs = held_by.get(&o).copied().unwrap_or(0);
+            if o != 0 && (theirs > 0 || db.any_worker()) {
+                kept_for_others += share.saturating_sub(theirs);
+            } else {
+                newcomers = true;
+            }
         }
+        if newcomers {
+            kept_for_others += share;
+        }
+        kept_for_others
+    }
+
+    /// Global lock held: give tag slot `i` (free, or Missing) to `tag` of
+    /// database `dboid`, in Loading state with its counters at zero and a
+    /// refill asked for. Returns the slot's new epoch.
+    fn claim_tag_slot_locked(&self, i: usize, dboid: u32, tag: &str) -> u64 {
         let slot = self.tag(i);
         let _t = self.lock_tag(i);
         slot.epoch.fetch_add(1, SeqCst);
         slot.pair.retire();
-        // SAFETY: both the global lock (`_g`) and the slot's lock (`_t`) are held, and every reader
-        // of the bytes holds one of them (`tag()` the slot's, `tag_is` the global), so no process
-        // reads or writes them meanwhile; a tag longer than the array fails the bounds check (a
-        // panic, no write past).
+        // SAFETY: both the global lock (held by the caller, `find_or_allocate_tag`) and the slot's
+        // lock (`_t`) are held, and every reader of the bytes holds one of them (`tag()` the
+        // slot's, `tag_is` the global), so no process reads or writes them meanwhile; a tag longer
+        // than the array fails the bounds check (a panic, no write past).
         unsafe { (&mut *slot.tag.get())[..tag.len()].copy_from_slice(tag.as_bytes()) };
         slot.tag_len.store(tag.len() as u32, SeqCst);
         for counter in [&slot.dynamic_step, &slot.table_step, &slot.last_refill_us] {
@@ -1072,7 +1135,7 @@ impl Shared {
         slot.draw_role.store(0, SeqCst);
         slot.status.store(TagStatus::Loading as u32, SeqCst);
         slot.dboid.store(dboid, SeqCst);
-        Ok((i, slot.epoch.load(SeqCst)))
+        slot.epoch.load(SeqCst)
     }
 
     /// Free a slot (deleted tag, dropped extension), if it still has this epoch.
