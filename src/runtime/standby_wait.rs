@@ -189,9 +189,12 @@ pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
     }
     let timeout =
         Duration::from_millis(crate::settings::STANDBY_CONFIRM_TIMEOUT.get().max(0) as u64);
-    let start = Instant::now();
-    let mut logged = false;
-    let mut noted: Option<Instant> = None;
+    let mut wait = CommitWait {
+        commit_end,
+        start: Instant::now(),
+        logged: false,
+        noted: None,
+    };
     let mut looked_for_slots = false;
     loop {
         let slots = read_slots()?;
@@ -201,54 +204,14 @@ pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
         }
         match standby_rule::verdict(&rule, &slots, commit_end) {
             Verdict::Confirmed => {
-                // (also a wait an earlier job's commit left noted when it
-                // timed out: this later commit is on the standbys)
-                if NOTED.with(Cell::get) {
-                    set_note("", None);
-                }
-                if noted.is_some() {
-                    // a backend's wake-up that came during the wait was
-                    // consumed by it: the loop looks at its requests again
-                    // SAFETY: MyLatch is this process's own latch, valid for its whole life.
-                    unsafe { pg_sys::SetLatch(pg_sys::MyLatch) };
-                }
-                if logged {
-                    pgrx::log!(
-                        "leaf_id: the standbys confirmed the worker's commit at {} after {} ms",
-                        standby_rule::format_lsn(commit_end),
-                        start.elapsed().as_millis()
-                    );
-                }
+                wait.end_confirmed();
                 return Ok(());
             }
             Verdict::Waiting(waiting) => {
                 let what = standby_rule::describe(&waiting);
-                let lag = standby_rule::most_bytes_behind(&waiting);
-                // the lag the views show moves while the wait goes on
-                if noted.is_none_or(|at: Instant| at.elapsed() >= NOTE_EVERY) {
-                    noted = Some(Instant::now());
-                    set_note_keyed(&what, wait_key(&waiting), lag);
-                }
-                if !logged && start.elapsed() >= LOG_AFTER {
-                    logged = true;
-                    pgrx::warning!(
-                        "leaf_id: the worker's commit at {} waits for {}: leaf_id.synchronized_standby_slots names it, and nothing the commit reserved is used before it confirms",
-                        standby_rule::format_lsn(commit_end),
-                        what
-                    );
-                }
-                if start.elapsed() >= timeout {
-                    // the note stays: the commit is still not confirmed, and
-                    // the next job's wait goes on from it (the views' since)
-                    // SAFETY: MyLatch is this process's own latch, valid for its whole life.
-                    unsafe { pg_sys::SetLatch(pg_sys::MyLatch) };
-                    return Err(JobError::new(
-                        PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
-                        format!(
-                            "{what} did not confirm the leaf_id worker's commit within leaf_id.standby_confirm_timeout ({} ms): nothing it reserved is used (leaf_id.synchronized_standby_slots)",
-                            timeout.as_millis()
-                        ),
-                    ));
+                wait.note(&what, &waiting);
+                if wait.start.elapsed() >= timeout {
+                    return Err(timed_out(&what, timeout));
                 }
                 crate::runtime::clock::wait_on_latch(POLL);
                 // told to stop (shutdown, pg_terminate_backend): leave before
@@ -270,6 +233,81 @@ pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
             }
         }
     }
+}
+
+/// One commit's wait for the standbys (`confirm`): where the commit
+/// record ends, when the wait began, whether it was logged, and when its
+/// note was last written.
+struct CommitWait {
+    commit_end: u64,
+    start: Instant,
+    /// The WARNING after `LOG_AFTER` was written.
+    logged: bool,
+    /// None until the first note.
+    noted: Option<Instant>,
+}
+
+impl CommitWait {
+    /// Still waiting for `what` (`waiting`): the note, every `NOTE_EVERY`
+    /// (the lag the views show moves while the wait goes on), and the
+    /// WARNING once the wait has lasted `LOG_AFTER`.
+    fn note(&mut self, what: &str, waiting: &[(String, standby_rule::Behind)]) {
+        let lag = standby_rule::most_bytes_behind(waiting);
+        if self
+            .noted
+            .is_none_or(|at: Instant| at.elapsed() >= NOTE_EVERY)
+        {
+            self.noted = Some(Instant::now());
+            set_note_keyed(what, wait_key(waiting), lag);
+        }
+        if !self.logged && self.start.elapsed() >= LOG_AFTER {
+            self.logged = true;
+            pgrx::warning!(
+                "leaf_id: the worker's commit at {} waits for {}: leaf_id.synchronized_standby_slots names it, and nothing the commit reserved is used before it confirms",
+                standby_rule::format_lsn(self.commit_end),
+                what
+            );
+        }
+    }
+
+    /// The standbys confirmed the commit: the note cleared (also one an
+    /// earlier job's commit left when it timed out: this later commit is on
+    /// the standbys), the worker's latch set if the wait noted itself, and
+    /// the end logged if its start was.
+    fn end_confirmed(&self) {
+        if NOTED.with(Cell::get) {
+            set_note("", None);
+        }
+        if self.noted.is_some() {
+            // a backend's wake-up that came during the wait was
+            // consumed by it: the loop looks at its requests again
+            // SAFETY: MyLatch is this process's own latch, valid for its whole life.
+            unsafe { pg_sys::SetLatch(pg_sys::MyLatch) };
+        }
+        if self.logged {
+            pgrx::log!(
+                "leaf_id: the standbys confirmed the worker's commit at {} after {} ms",
+                standby_rule::format_lsn(self.commit_end),
+                self.start.elapsed().as_millis()
+            );
+        }
+    }
+}
+
+/// The error of a commit that `what` did not confirm within `timeout`, the
+/// worker's latch set first (as when the standbys confirm). The note stays:
+/// the commit is still not confirmed, and the next job's wait goes on from
+/// it (the views' since).
+fn timed_out(what: &str, timeout: Duration) -> JobError {
+    // SAFETY: MyLatch is this process's own latch, valid for its whole life.
+    unsafe { pg_sys::SetLatch(pg_sys::MyLatch) };
+    JobError::new(
+        PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+        format!(
+            "{what} did not confirm the leaf_id worker's commit within leaf_id.standby_confirm_timeout ({} ms): nothing it reserved is used (leaf_id.synchronized_standby_slots)",
+            timeout.as_millis()
+        ),
+    )
 }
 
 /// This server's replication slots, read in a transaction of their own
