@@ -90,7 +90,21 @@ pub(crate) fn persist(
             return Ok((mark, repin));
         }
     }
-    let updated = Spi::connect_mut(|client| {
+    let updated = update_mark(schema, worker_id, node, mark, token)?;
+    renewed_mark(updated, worker_id, node, mark)
+}
+
+/// What one statement that writes `mark` to the row (`sql::worker_renew`)
+/// finds: Some with the row's mark after it (`Some(None)` when the row is
+/// there and a trigger skipped the update), None when the row is gone.
+fn update_mark(
+    schema: &Schema,
+    worker_id: i64,
+    node: &str,
+    mark: i64,
+    token: i64,
+) -> Result<Option<Option<i64>>, JobError> {
+    Spi::connect_mut(|client| {
         client
             .update(
                 &sql::worker_renew(schema),
@@ -120,7 +134,17 @@ pub(crate) fn persist(
                     .is_empty();
                 Ok(there.then_some(None))
             })
-    })?;
+    })
+}
+
+/// `persist`'s answer from what `update_mark` found: the row's mark when
+/// it is at least `mark`, else why the lease is not renewed.
+fn renewed_mark(
+    updated: Option<Option<i64>>,
+    worker_id: i64,
+    node: &str,
+    mark: i64,
+) -> Result<(i64, bool), JobError> {
     match updated {
         Some(Some(m)) if m >= mark => Ok((m, false)),
         // the row is gone (deleted, or the table truncated): the id is no
