@@ -14,7 +14,7 @@
 
 use crate::runtime::bgworker::{pack_pair, postgres_die, unpack_pair};
 use crate::runtime::copy_slot::{
-    MAX_OTHER_COPIES, STARTING, read_text, write_text, write_truncated,
+    CopySlot, MAX_OTHER_COPIES, STARTING, read_text, write_text, write_truncated,
 };
 use crate::runtime::shmem::{Role, shared};
 use pgrx::bgworkers::{
@@ -24,6 +24,10 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
+
+/// How long at most the worker sleeps between looks at the helpers'
+/// answers (a helper's exit also sets its latch).
+const ANSWER_POLL: Duration = Duration::from_millis(50);
 
 /// Run `command` on every node of `others` (host, port), each through a
 /// helper of its own, and wait for the answers until `wait` has passed: per
@@ -42,48 +46,67 @@ pub fn run_on_others(
     for (i, (host, port)) in others.iter().enumerate() {
         let node = &nodes[i];
         answers.push(Err(format!("{node}: no answer")));
-        let Some(slot) = slots.get(i) else {
-            answers[i] = Err(format!("{node}: more than {MAX_OTHER_COPIES} other copies"));
-            continue;
-        };
-        if !slot.free() {
-            answers[i] = Err(format!(
-                "{node}: the renewal sent before has not returned (the node hangs?)"
-            ));
-            continue;
+        match launch(db, i, slots.get(i), (host.as_str(), *port), command) {
+            Ok(request) => launched.push((i, request)),
+            Err(why) => answers[i] = Err(format!("{node}: {why}")),
         }
-        if !write_text(&slot.host, &slot.host_len, host)
-            || !write_text(&slot.command, &slot.command_len, command)
-        {
-            answers[i] = Err(format!("{node}: host name or statement too long"));
-            continue;
-        }
-        slot.port.store(*port, SeqCst);
-        let request = slot.asked.load(SeqCst) + 1;
-        slot.asked.store(request, SeqCst);
-        slot.registered_at
-            .store(crate::runtime::clock::unix_ms(), SeqCst);
-        slot.pid.store(STARTING, SeqCst);
-        let started = BackgroundWorkerBuilder::new("leaf_id renewal helper")
-            .set_type("leaf_id renewal helper")
-            .set_library("leaf_id")
-            .set_function("leaf_id_renewal_helper_main")
-            .set_argument(Some(pack_pair(db as u32, i as u32)))
-            .enable_spi_access()
-            .set_start_time(BgWorkerStartTime::RecoveryFinished)
-            .set_restart_time(None)
-            .load_dynamic()
-            .is_ok();
-        if !started {
-            slot.pid.store(0, SeqCst);
-            answers[i] = Err(format!(
-                "{node}: no background worker slot for a renewal helper (max_worker_processes)"
-            ));
-            continue;
-        }
-        launched.push((i, request));
     }
-    let deadline = Instant::now() + wait;
+    wait_for_answers(slots, &launched, Instant::now() + wait);
+    for (s, request) in launched {
+        answers[s] = answer_of(&slots[s], request, &nodes[s], wait);
+    }
+    answers
+}
+
+/// Post `command` for the node at (host, port) in copy slot `i` of
+/// database slot `db` (`slot`, None past `MAX_OTHER_COPIES`) and start its
+/// helper: the request's number, or why the node gets none.
+fn launch(
+    db: usize,
+    i: usize,
+    slot: Option<&CopySlot>,
+    (host, port): (&str, i32),
+    command: &str,
+) -> Result<u64, String> {
+    let Some(slot) = slot else {
+        return Err(format!("more than {MAX_OTHER_COPIES} other copies"));
+    };
+    if !slot.free() {
+        return Err("the renewal sent before has not returned (the node hangs?)".to_string());
+    }
+    if !write_text(&slot.host, &slot.host_len, host)
+        || !write_text(&slot.command, &slot.command_len, command)
+    {
+        return Err("host name or statement too long".to_string());
+    }
+    slot.port.store(port, SeqCst);
+    let request = slot.asked.load(SeqCst) + 1;
+    slot.asked.store(request, SeqCst);
+    slot.registered_at
+        .store(crate::runtime::clock::unix_ms(), SeqCst);
+    slot.pid.store(STARTING, SeqCst);
+    let started = BackgroundWorkerBuilder::new("leaf_id renewal helper")
+        .set_type("leaf_id renewal helper")
+        .set_library("leaf_id")
+        .set_function("leaf_id_renewal_helper_main")
+        .set_argument(Some(pack_pair(db as u32, i as u32)))
+        .enable_spi_access()
+        .set_start_time(BgWorkerStartTime::RecoveryFinished)
+        .set_restart_time(None)
+        .load_dynamic()
+        .is_ok();
+    if !started {
+        slot.pid.store(0, SeqCst);
+        return Err(
+            "no background worker slot for a renewal helper (max_worker_processes)".to_string(),
+        );
+    }
+    Ok(request)
+}
+
+/// Wait until every launched (slot, request) is answered, the worker is
+/// told to stop, or `deadline` has passed.
+fn wait_for_answers(slots: &[CopySlot], launched: &[(usize, u64)], deadline: Instant) {
     loop {
         let pending = launched
             .iter()
@@ -98,24 +121,24 @@ pub fn run_on_others(
         crate::runtime::clock::wait_on_latch(
             deadline
                 .saturating_duration_since(Instant::now())
-                .min(Duration::from_millis(50)),
+                .min(ANSWER_POLL),
         );
     }
-    for (s, request) in launched {
-        let slot = &slots[s];
-        let node = &nodes[s];
-        answers[s] = if slot.answered.load(SeqCst) != request {
-            Err(format!("{node}: no answer within {} ms", wait.as_millis()))
-        } else if slot.success.load(SeqCst) == 1 {
-            Ok(read_text(&slot.answer, &slot.answer_len))
-        } else {
-            Err(format!(
-                "{node}: {}",
-                read_text(&slot.answer, &slot.answer_len).trim()
-            ))
-        };
+}
+
+/// The answer in `slot` to `request`, for node `node` ("host:port"): the
+/// statement's result, or why not (none within `wait`, or its error).
+fn answer_of(slot: &CopySlot, request: u64, node: &str, wait: Duration) -> Result<String, String> {
+    if slot.answered.load(SeqCst) != request {
+        Err(format!("{node}: no answer within {} ms", wait.as_millis()))
+    } else if slot.success.load(SeqCst) == 1 {
+        Ok(read_text(&slot.answer, &slot.answer_len))
+    } else {
+        Err(format!(
+            "{node}: {}",
+            read_text(&slot.answer, &slot.answer_len).trim()
+        ))
     }
-    answers
 }
 
 /// # Safety
