@@ -281,30 +281,9 @@ impl Generator {
                 return Err(Refusal::Closed);
             }
             let now = clock.now_ms();
-            let floor = self.floor_ms.load(SeqCst);
-            if now <= floor {
-                return Err(Refusal::BelowPersistedMark {
-                    behind_ms: floor - now + 1,
-                });
-            }
-            let lease = self.lease_ms.load(SeqCst);
-            if now > lease {
-                return Err(Refusal::LeaseExpired {
-                    ahead_ms: now - lease,
-                });
-            }
-            let t = now - cfg.epoch_ms;
-            // not the epoch millisecond itself: its first ID (time 0,
-            // sequence 0) is the word of a generator that issued nothing
-            if !(1..=MAX_TIMESTAMP).contains(&t) {
-                return Err(Refusal::OutOfRange);
-            }
+            let (t, lease) = self.checked_now(now, cfg.epoch_ms)?;
             let worker_id = (word >> WORKER_SHIFT) & WORKER_MASK;
-            let issued = word & ISSUED_MASK;
-            let last = (issued != 0).then_some(LastIssued {
-                t: (issued >> SEQUENCE_BITS) as i64,
-                seq: (issued & MAX_SEQUENCE as u64) as i64,
-            });
+            let last = last_issued_of(word);
             let lease_t = lease.saturating_sub(cfg.epoch_ms);
             let (t, seq) = match plan_take(t, last, top_seq, cfg.run_ahead_ms, lease_t) {
                 TakePlan::Issue { t, seq: Some(seq) } => (t, seq),
@@ -328,9 +307,7 @@ impl Generator {
                 }
             };
             let count = want.min(top_seq - seq + 1);
-            let new_word = (worker_id << WORKER_SHIFT)
-                | ((t as u64) << SEQUENCE_BITS)
-                | (seq + count - 1) as u64;
+            let new_word = word_of(worker_id, t, seq + count - 1);
             before_cas();
             if self
                 .last
@@ -347,6 +324,50 @@ impl Generator {
             clock.check_interrupts();
         }
     }
+
+    /// The clock's Unix millisecond `now` checked against the marks (above
+    /// `floor_ms`, at most `lease_ms`) and the 41 bits: its millisecond
+    /// since the epoch, and the lease it was checked against.
+    #[inline]
+    fn checked_now(&self, now: i64, epoch_ms: i64) -> Result<(i64, i64), Refusal> {
+        let floor = self.floor_ms.load(SeqCst);
+        if now <= floor {
+            return Err(Refusal::BelowPersistedMark {
+                behind_ms: floor - now + 1,
+            });
+        }
+        let lease = self.lease_ms.load(SeqCst);
+        if now > lease {
+            return Err(Refusal::LeaseExpired {
+                ahead_ms: now - lease,
+            });
+        }
+        let t = now - epoch_ms;
+        // not the epoch millisecond itself: its first ID (time 0,
+        // sequence 0) is the word of a generator that issued nothing
+        if !(1..=MAX_TIMESTAMP).contains(&t) {
+            return Err(Refusal::OutOfRange);
+        }
+        Ok((t, lease))
+    }
+}
+
+/// The last issued ID's millisecond and sequence in a state word (None:
+/// nothing issued yet).
+#[inline]
+fn last_issued_of(word: u64) -> Option<LastIssued> {
+    let issued = word & ISSUED_MASK;
+    (issued != 0).then_some(LastIssued {
+        t: (issued >> SEQUENCE_BITS) as i64,
+        seq: (issued & MAX_SEQUENCE as u64) as i64,
+    })
+}
+
+/// The state word of a generator open with `worker_id` whose last issued
+/// ID is sequence `last_seq` of millisecond `t` (since the epoch).
+#[inline]
+fn word_of(worker_id: u64, t: i64, last_seq: i64) -> u64 {
+    (worker_id << WORKER_SHIFT) | ((t as u64) << SEQUENCE_BITS) | last_seq as u64
 }
 
 fn issued_ms(word: u64, epoch_ms: i64) -> Option<i64> {
