@@ -39,24 +39,24 @@ GENERATORS = [
 ]
 
 # The statements the background worker runs, as pgbench scripts on table
-# TABLE (leaf_alloc or leaf_worker, a reference table from phase 1 on, or a
-# local copy): src/segment/refill.rs reserve() in its transaction (lock the
+# TABLE (leaf_id_catalog's leaf_alloc or leaf_worker, a reference table from
+# phase 1 on, or a local copy in public): src/segment/refill.rs reserve() in its transaction (lock the
 # row with a write, move max_id on with the guard, read it back, commit), and
 # src/snowflake/lease_renew.rs persist() (one UPDATE, autocommit). Constants stand
 # in for the worker's parameters.
 RESERVE = """BEGIN;
-UPDATE leaf_id_catalog.TABLE SET update_time = pg_catalog.now() WHERE biz_tag OPERATOR(pg_catalog.=) 'bench_rt' RETURNING max_id AS m, step \\gset
-UPDATE leaf_id_catalog.TABLE SET update_time = pg_catalog.now(), max_id = CASE WHEN max_id OPERATOR(pg_catalog.=) :m THEN :m + 1 ELSE public.leaf_id_alloc_row_conflict(biz_tag, max_id) END WHERE biz_tag OPERATOR(pg_catalog.=) 'bench_rt' RETURNING max_id;
-SELECT max_id FROM leaf_id_catalog.TABLE WHERE biz_tag OPERATOR(pg_catalog.=) 'bench_rt';
+UPDATE TABLE SET update_time = pg_catalog.now() WHERE biz_tag OPERATOR(pg_catalog.=) 'bench_rt' RETURNING max_id AS m, step \\gset
+UPDATE TABLE SET update_time = pg_catalog.now(), max_id = CASE WHEN max_id OPERATOR(pg_catalog.=) :m THEN :m + 1 ELSE public.leaf_id_alloc_row_conflict(biz_tag, max_id) END WHERE biz_tag OPERATOR(pg_catalog.=) 'bench_rt' RETURNING max_id;
+SELECT max_id FROM TABLE WHERE biz_tag OPERATOR(pg_catalog.=) 'bench_rt';
 COMMIT;
 """
-PERSIST = """UPDATE leaf_id_catalog.TABLE SET last_timestamp = CASE WHEN node_name OPERATOR(pg_catalog.=) 'bench-renewal' AND owner_token OPERATOR(pg_catalog.=) 42 THEN GREATEST(last_timestamp, 4102444800000) ELSE public.leaf_id_worker_row_conflict(worker_id, node_name, owner_token) END, epoch_ms = 1288834974657, heartbeat_at = pg_catalog.now() WHERE worker_id OPERATOR(pg_catalog.=) 1023 RETURNING last_timestamp;
+PERSIST = """UPDATE TABLE SET last_timestamp = CASE WHEN node_name OPERATOR(pg_catalog.=) 'bench-renewal' AND owner_token OPERATOR(pg_catalog.=) 42 THEN GREATEST(last_timestamp, 4102444800000) ELSE public.leaf_id_worker_row_conflict(worker_id, node_name, owner_token) END, epoch_ms = 1288834974657, heartbeat_at = pg_catalog.now() WHERE worker_id OPERATOR(pg_catalog.=) 1023 RETURNING last_timestamp;
 """
 STATEMENTS = [
-    ("reserve_ref", RESERVE.replace("TABLE", "leaf_alloc")),
-    ("reserve_local", RESERVE.replace("TABLE", "bench_alloc_local")),
-    ("persist_ref", PERSIST.replace("TABLE", "leaf_worker")),
-    ("persist_local", PERSIST.replace("TABLE", "bench_worker_local")),
+    ("reserve_ref", RESERVE.replace("TABLE", "leaf_id_catalog.leaf_alloc")),
+    ("reserve_local", RESERVE.replace("TABLE", "public.bench_alloc_local")),
+    ("persist_ref", PERSIST.replace("TABLE", "leaf_id_catalog.leaf_worker")),
+    ("persist_local", PERSIST.replace("TABLE", "public.bench_worker_local")),
 ]
 
 # Run on every node once leaf_id is there: objects local to the node (DDL
@@ -79,10 +79,10 @@ BEGIN
   us := extract(epoch FROM clock_timestamp() - t0) * 1e6;
 END $f$;
 -- local copies of the shared tables, for the statements timed on both
-CREATE TABLE IF NOT EXISTS bench_alloc_local (LIKE leaf_id_catalog.leaf_alloc INCLUDING ALL);
-CREATE TABLE IF NOT EXISTS bench_worker_local (LIKE leaf_id_catalog.leaf_worker INCLUDING ALL);
-INSERT INTO bench_alloc_local (biz_tag, step) VALUES ('bench_rt', 1) ON CONFLICT DO NOTHING;
-INSERT INTO bench_worker_local (worker_id, node_name, owner_token, last_timestamp, epoch_ms)
+CREATE TABLE IF NOT EXISTS public.bench_alloc_local (LIKE leaf_id_catalog.leaf_alloc INCLUDING ALL);
+CREATE TABLE IF NOT EXISTS public.bench_worker_local (LIKE leaf_id_catalog.leaf_worker INCLUDING ALL);
+INSERT INTO public.bench_alloc_local (biz_tag, step) VALUES ('bench_rt', 1) ON CONFLICT DO NOTHING;
+INSERT INTO public.bench_worker_local (worker_id, node_name, owner_token, last_timestamp, epoch_ms)
   VALUES (1023, 'bench-renewal', 42, 0, 1288834974657) ON CONFLICT DO NOTHING;
 """
 
@@ -351,7 +351,7 @@ SELECT d.nodename, d.nodeport FROM pg_dist_placement p JOIN pg_dist_shard s USIN
 JOIN pg_dist_node d ON d.groupid = p.groupid
 WHERE s.logicalrelid = 'leaf_id_catalog.leaf_worker'::regclass AND d.groupid <> (SELECT groupid FROM pg_dist_local_group)
 ORDER BY 1, 2;""").split()]
-    update = PERSIST.strip().replace("TABLE", f"leaf_worker_{shard}").replace(" RETURNING last_timestamp;", "")
+    update = PERSIST.strip().replace("TABLE", f"leaf_id_catalog.leaf_worker_{shard}").replace(" RETURNING last_timestamp;", "")
     lines = ["BEGIN;",
              "SELECT pg_catalog.set_config('citus.enable_manual_changes_to_shards', 'on', true);",
              update + ";"]
