@@ -62,14 +62,21 @@ ok($next >= 11, "the next ID ($next) is above the cancelled range");
 # that ID crossed its segment's prefetch threshold: let the prefetch finish
 # before the standby is required again, so that the refill of "waits" is the
 # worker's next commit (else the prefetch of "cancelled" waits for the
-# standby instead)
+# standby instead). Finished means published and its step saved: the worker
+# publishes a range, then saves the step in a transaction of its own, and
+# that commit, were it to wait for the standby, would hold up the refill of
+# "waits" (which then reserves nothing)
 ok( wait_until(
 		30,
 		sub {
 			$node->safe_psql('postgres',
-				"SELECT next_ready AND NOT refill_in_flight FROM leaf_segment_status WHERE tag = 'cancelled'") eq 't';
+				"SELECT s.next_ready AND NOT s.refill_in_flight
+				        AND t.tuned_step IS NOT DISTINCT FROM s.dynamic_step
+				   FROM leaf_segment_status s
+				   LEFT JOIN leaf_id_catalog.leaf_alloc_tuning t ON t.biz_tag = s.tag
+				  WHERE s.tag = 'cancelled'") eq 't';
 		}),
-	'premise: the prefetch of "cancelled" is done');
+	'premise: the prefetch of "cancelled" is done, its step saved');
 $node->safe_psql('postgres',
 	"ALTER SYSTEM SET synchronous_standby_names = 'nobody'; SELECT pg_reload_conf()");
 my $r;
@@ -86,6 +93,12 @@ is($r->{out}, '', 'no ID handed out');
 my $waiting = $node->safe_psql('postgres',
 	"SELECT wait_event FROM pg_stat_activity WHERE backend_type = 'leaf_id segment worker'");
 is($waiting, 'SyncRep', 'premise: the worker waits for the synchronous standby');
+# and the commit that waits is the refill of "waits": its transaction still
+# holds the row it updated
+my $row = try_sql($node, 'postgres',
+	"SELECT 1 FROM leaf_id_catalog.leaf_alloc WHERE biz_tag = 'waits' FOR UPDATE NOWAIT");
+is($row->{sqlstate}, '55P03', 'premise: the commit that waits is the refill of "waits" (its row is locked)')
+  or diag $row->{out} . $row->{err};
 
 
 # pg_ctl stop -m fast, bounded: a worker deaf to SIGTERM hangs it
