@@ -13,7 +13,7 @@ pub const WORKER_LOCK_TIMEOUT_C: &std::ffi::CStr = c"5s";
 /// What a caller whose wait ran out is told when the job it waited for
 /// was retried after lock contention (`JobError::is_contention`).
 pub const CONTENTION_NOTE: &str = "the worker's last try waited longer than its lock_timeout (5s) for a lock \
-     that another transaction holds on leaf_id's tables (or was canceled for one), and it retries; see pg_locks";
+     that another transaction holds on leaf_id's tables (or was canceled for one), and it retries; see pg_locks and pg_prepared_xacts";
 
 /// An error from a job, handed to the callers waiting for it.
 #[derive(Debug)]

@@ -116,6 +116,34 @@ sleep_full(2);
 
 # --- worker2 returns ---------------------------------------------------------
 $w2->start;
+
+# --- worker2's row held by a prepared transaction ------------------------
+# A kill between a refill's PREPARE TRANSACTION and its COMMIT PREPARED
+# leaves worker2 a prepared transaction that holds its copy's row of "dn";
+# Citus resolves it from the initiator, which skips a node that is not
+# active. Whether the kill above left one depends on the moment, so one is
+# left on purpose: until it is resolved, worker2's refills wait on it and
+# are refused (55P03), and none is issued.
+my @left = split /\n/, $w2->safe_psql('postgres', 'SELECT gid FROM pg_prepared_xacts ORDER BY gid');
+note 'worker2 returned with ' . scalar(@left) . ' prepared transactions: ' . join(', ', @left);
+my $busy = prepare_in_doubt($w2, 'leaf_alloc', q{biz_tag = 'dn'});
+note "the row of \"dn\" was held by a prepared transaction the kill left: $busy" if $busy;
+my $held = try_sql($w2, 'postgres', q{SELECT leaf_segment_next('dn')});
+is($held->{sqlstate} // '', '55P03', 'worker2, its row held by a prepared transaction: its refill is refused (55P03)')
+  or diag "$held->{out} $held->{err}";
+like($held->{err}, qr/timed out waiting for a refill of leaf_id tag "dn"/, '... as a refill that timed out');
+ok( $w2->poll_query_until(
+		'postgres', q{
+SELECT count(*) FROM pg_locks w
+JOIN pg_stat_activity a ON a.pid = w.pid AND a.backend_type = 'leaf_id segment worker'
+JOIN pg_locks h ON h.locktype = 'transactionid' AND h.transactionid = w.transactionid AND h.granted
+JOIN pg_prepared_xacts p ON p.transaction = h.transactionid
+WHERE NOT w.granted}, '1'),
+	'... while its worker waits for the prepared transaction (pg_locks)');
+my @resolved = resolve_in_doubt($w2, $coord, $w1, $w2);
+note 'resolved as Citus\' recovery would: ' . join(', ', @resolved);
+is($w2->safe_psql('postgres', 'SELECT count(*) FROM pg_prepared_xacts'), '0', 'worker2 has no prepared transaction left');
+
 # before it is activated again: what worker2 issues (its metadata still
 # says it is active, with its own, stale copies of the shared tables)
 my %early = (seg => [], snow => []);

@@ -25,7 +25,7 @@ our @EXPORT = qw(
   run_sessions leaf_worker_id_of start_after_kill9
   DRAWLOG_SQL start_drawing stop_drawing summary first_ok_after
   shard_of hold_shard_row stop_node snowflake_wids_of snowflake_calls
-  sleep_full
+  sleep_full prepare_in_doubt resolve_in_doubt
 );
 
 # Sleep $seconds in full: Perl's sleep returns early when a signal comes (a
@@ -309,6 +309,55 @@ sub hold_shard_row
 	my $err = $s->{stderr};
 	$s->{stderr} = '';
 	return ($s, $err);
+}
+
+# Leave on $node a prepared transaction that holds its copy's rows of
+# $table matching $where, as a node killed between a Citus write's PREPARE
+# TRANSACTION and its COMMIT PREPARED keeps one when it starts again (it
+# stays until Citus' recovery on the initiator resolves it, which skips
+# nodes that are not active). Its gid is Citus' form for a transaction of
+# the coordinator (group 0) that pg_dist_transaction does not list, so
+# resolve_in_doubt rolls it back. Returns '' when it is prepared, or the
+# error when the rows could not be locked within 2 s (another prepared
+# transaction holds them already).
+sub prepare_in_doubt
+{
+	my ($node, $table, $where) = @_;
+	my $shard = shard_of($node, $table);
+	my $gid = 'citus_0_' . $$ . '_1_0';
+	my ($ret, $out, $err) = $node->psql('postgres',
+		"BEGIN; SET LOCAL citus.enable_manual_changes_to_shards = on; SET LOCAL lock_timeout = '2s'; "
+		  . "UPDATE $shard SET update_time = update_time WHERE $where; PREPARE TRANSACTION '$gid'",
+		on_error_stop => 1);
+	return $ret == 0 ? '' : $err;
+}
+
+# Resolve the prepared transactions on $node as Citus' recovery would
+# (transaction_recovery.c): a gid citus_<group>_... whose initiator, the
+# node of that group among @nodes, lists it in pg_dist_transaction committed
+# there, so COMMIT PREPARED; any other is rolled back. Returns a list of
+# "gid: COMMIT|ROLLBACK".
+sub resolve_in_doubt
+{
+	my ($node, @nodes) = @_;
+	my %by_port = map { $_->port => $_ } @nodes;
+	my @done;
+	for my $gid (split /\n/, $node->safe_psql('postgres', 'SELECT gid FROM pg_prepared_xacts ORDER BY gid'))
+	{
+		my $what = 'ROLLBACK';
+		if ($gid =~ /^citus_(\d+)_/)
+		{
+			my $port = $node->safe_psql('postgres',
+				"SELECT nodeport FROM pg_dist_node WHERE groupid = $1 AND noderole = 'primary'");
+			my $initiator = $by_port{$port};
+			$what = 'COMMIT'
+			  if $initiator
+			  && $initiator->safe_psql('postgres', "SELECT count(*) FROM pg_dist_transaction WHERE gid = '$gid'") > 0;
+		}
+		$node->safe_psql('postgres', "$what PREPARED '$gid'");
+		push @done, "$gid: $what";
+	}
+	return @done;
 }
 
 # Stop every process of $node (SIGSTOP), as a network partition would: its
