@@ -316,15 +316,16 @@ sub hold_shard_row
 # TRANSACTION and its COMMIT PREPARED keeps one when it starts again (it
 # stays until Citus' recovery on the initiator resolves it, which skips
 # nodes that are not active). Its gid is Citus' form for a transaction of
-# the coordinator (group 0) that pg_dist_transaction does not list, so
-# resolve_in_doubt rolls it back. Returns '' when it is prepared, or the
-# error when the rows could not be locked within 2 s (another prepared
-# transaction holds them already).
+# the node of group $group (default 0, the coordinator) that
+# pg_dist_transaction does not list and no backend runs, so Citus'
+# recovery there, and resolve_in_doubt, roll it back. Returns '' when it is
+# prepared, or the error when the rows could not be locked within 2 s
+# (another prepared transaction holds them already).
 sub prepare_in_doubt
 {
-	my ($node, $table, $where) = @_;
+	my ($node, $table, $where, $group) = @_;
 	my $shard = shard_of($node, $table);
-	my $gid = 'citus_0_' . $$ . '_1_0';
+	my $gid = 'citus_' . ($group // 0) . '_' . $$ . '_1_0';
 	my ($ret, $out, $err) = $node->psql('postgres',
 		"BEGIN; SET LOCAL citus.enable_manual_changes_to_shards = on; SET LOCAL lock_timeout = '2s'; "
 		  . "UPDATE $shard SET update_time = update_time WHERE $where; PREPARE TRANSACTION '$gid'",
