@@ -25,7 +25,7 @@ our @EXPORT = qw(
   run_sessions leaf_worker_id_of start_after_kill9
   DRAWLOG_SQL start_drawing stop_drawing summary first_ok_after
   shard_of hold_shard_row stop_node snowflake_wids_of snowflake_calls
-  sleep_full prepare_in_doubt resolve_in_doubt
+  sleep_full prepare_in_doubt in_doubt_gid resolve_in_doubt
 );
 
 # Sleep $seconds in full: Perl's sleep returns early when a signal comes (a
@@ -315,22 +315,30 @@ sub hold_shard_row
 # $table matching $where, as a node killed between a Citus write's PREPARE
 # TRANSACTION and its COMMIT PREPARED keeps one when it starts again (it
 # stays until Citus' recovery on the initiator resolves it, which skips
-# nodes that are not active). Its gid is Citus' form for a transaction of
-# the node of group $group (default 0, the coordinator) that
-# pg_dist_transaction does not list and no backend runs, so Citus'
-# recovery there, and resolve_in_doubt, roll it back. Returns '' when it is
-# prepared, or the error when the rows could not be locked within 2 s
-# (another prepared transaction holds them already).
+# nodes that are not active). Its gid (in_doubt_gid) is Citus' form for a
+# transaction of the node of group $group (default 0, the coordinator)
+# that pg_dist_transaction does not list, with a distributed transaction
+# number no node reaches in a test (what Citus' recovery asks to know one
+# in progress), so that recovery, and resolve_in_doubt, roll it back.
+# Returns '' when it is prepared, or the error when the rows could not be
+# locked within 2 s (another prepared transaction holds them already).
 sub prepare_in_doubt
 {
 	my ($node, $table, $where, $group) = @_;
 	my $shard = shard_of($node, $table);
-	my $gid = 'citus_' . ($group // 0) . '_' . $$ . '_1_0';
+	my $gid = in_doubt_gid($group);
 	my ($ret, $out, $err) = $node->psql('postgres',
 		"BEGIN; SET LOCAL citus.enable_manual_changes_to_shards = on; SET LOCAL lock_timeout = '2s'; "
 		  . "UPDATE $shard SET update_time = update_time WHERE $where; PREPARE TRANSACTION '$gid'",
 		on_error_stop => 1);
 	return $ret == 0 ? '' : $err;
+}
+
+# The gid of prepare_in_doubt's transaction for group $group (default 0).
+sub in_doubt_gid
+{
+	my ($group) = @_;
+	return 'citus_' . ($group // 0) . '_' . $$ . '_999999999_0';
 }
 
 # Resolve the prepared transactions on $node as Citus' recovery would
