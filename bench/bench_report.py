@@ -437,7 +437,7 @@ class Report:
         cores = self.r["machine"]["cores"]
         m = self.r["machine"]
         fl = self.bulk_ns("floor")
-        # 1. segment per ID, net of the loop, <= 0.8 of nextval CACHE 1000's, one session (#31)
+        # 1. segment per ID, net of the loop, <= 0.8 of nextval CACHE 1000's, one session
         title = "Segment time per ID net of the loop ≤ 0.8 of nextval CACHE 1000's, one session (section 1)"
         seg, c1000 = self.bulk_ns("segment"), self.bulk_ns("nextval_c1000")
         if seg and c1000 and fl and c1000 > fl and seg > fl:
@@ -567,7 +567,7 @@ class Report:
             self.goal(title, f"{f(tps)} vs {f(ref)} TPS ({tps / ref:.2f}×); p99 cycle "
                       f"{f(self.rt(key, 'cycle_p99_us'))} vs {f(self.rt('nextval_c1', 'cycle_p99_us'))} µs",
                       tps / ref / 0.9, noise(self.rt_runs(key), self.rt_runs("nextval_c1")), lim)
-        # 5. inserts no slower than identity (#31)
+        # 5. inserts no slower than identity
         title = "Inserts with the `leaf_segment_next` default ≤ 1.0 of an identity column's time (section 4)"
         s_ms, i_ms, f_ms = self.ins("segment", "ms"), self.ins("identity", "ms"), self.ins("floor", "ms")
         if not (s_ms and i_ms):
@@ -764,7 +764,7 @@ class Report:
             self.w("")
 
     def opaque_goals(self):
-        """Opaque tags keep at least 0.8 of plain segment's rate (issue 19)."""
+        """Opaque tags keep at least 0.8 of plain segment's rate."""
         if "opaque" not in self.labels:
             return
         title = "Opaque IDs ≥ 0.8× plain segment's rate, one session (section 1)"

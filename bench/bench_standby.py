@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""What leaf_id.synchronized_standby_slots costs (issue 29), run by
+"""What leaf_id.synchronized_standby_slots costs, run by
 bench/bench-standby.sh: a primary and one asynchronous standby streaming
 through slot s1 on loopback, the rule '*' against '' (off), alternating, in
 the same run:
@@ -169,7 +169,7 @@ def main():
     seg = med[("on", "segment")] / med[("off", "segment")]
     lines += [
         "",
-        f"Goal (issue 29): at most 5% fewer segment IDs per second with the rule on: "
+        f"Goal: at most 5% fewer segment IDs per second with the rule on: "
         f"**{'MET' if seg >= 0.95 else 'MISSED'}** (on: {(seg - 1) * 100:+.1f}% IDs per second; the rounds of segment, off: "
         + ", ".join(f"{v / 1e6:.2f}" for v in ids[("off", "segment")]) + "; on: "
         + ", ".join(f"{v / 1e6:.2f}" for v in ids[("on", "segment")])

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Keeps docs/reference.md true (issue 30), against the server LEAF_ID_URL
+"""Keeps docs/reference.md true, against the server LEAF_ID_URL
 names (scripts/test-examples.sh starts one), in a fresh database with
 leaf_id:
   - every function, table and view of the extension (pg_depend) and every

@@ -106,7 +106,7 @@ CREATE FUNCTION "leaf_id_column_max"(
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'leaf_id_column_max_wrapper';
--- issue 9 items 3, 4, 7: leaf_alloc_tuning and the operator functions (as sql/schema.sql and sql/finish.sql)
+-- leaf_alloc_tuning and the operator functions (as sql/schema.sql and sql/finish.sql)
 CREATE TABLE leaf_alloc_tuning (
     biz_tag     text        PRIMARY KEY,
     tuned_step  integer     NOT NULL

@@ -32,7 +32,7 @@ SELECT pg_catalog.set_config('leaf_id_update.ddl_propagation',
        pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true)
  WHERE pg_catalog.current_setting('citus.enable_ddl_propagation', true) IS NOT NULL;
 
--- the copies a holder's lease counts on Citus (issue 16 item 7): NULL until
+-- the copies a holder's lease counts on Citus: NULL until
 -- the row's next claim or its holder's next renewal sets them
 ALTER TABLE leaf_worker ADD COLUMN copies bigint[], ADD COLUMN holder_copy bigint;
 COMMENT ON COLUMN leaf_worker.copies IS 'On Citus: the group ids of the nodes with the copies of leaf_worker that the holder''s renewals count a majority of, set by its claim and moved by the holder when the nodes change; a release or take-over must reach all but the holder''s own. NULL: not on Citus.';

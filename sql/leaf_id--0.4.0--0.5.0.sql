@@ -1,4 +1,4 @@
--- leaf_id 0.4.0 -> 0.5.0 (ALTER EXTENSION leaf_id UPDATE): hardening round 3.
+-- leaf_id 0.4.0 -> 0.5.0 (ALTER EXTENSION leaf_id UPDATE):
 --  - the privileged SQL functions cannot be made to run a database owner's
 --    look-alikes: encode and decode have SQL-standard bodies (bound by OID),
 --    the superusers' PL/pgSQL functions lock the schema's name;

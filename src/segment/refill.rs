@@ -675,7 +675,7 @@ fn not_recorded(tag: &str, detail: &str) -> JobError {
     )
 }
 
-/// The step the tag's refills used before this server lifetime (Leaf #111).
+/// The step the tag's refills used before this server lifetime (Leaf's issue #111).
 pub(crate) fn read_tuned_step(schema: &Schema, tag: &str) -> Result<Option<i64>, JobError> {
     Spi::connect(|client| {
         let rows = client

@@ -1,4 +1,4 @@
-# leaf_id on Citus, issue 8 item 1: the set-up.
+# leaf_id on Citus: the set-up.
 #
 # A coordinator and two workers; CREATE EXTENSION leaf_id on the coordinator
 # reaches every node, and one statement (CitusTap::SHARE_TABLES_SQL) makes

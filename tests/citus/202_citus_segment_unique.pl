@@ -1,4 +1,4 @@
-# leaf_id on Citus, issue 8 item 2: segment IDs unique across the cluster.
+# leaf_id on Citus: segment IDs unique across the cluster.
 #
 # Distributed tables keyed by leaf_segment_next(tag), tags with step 10 and
 # step 1000. Part 1 finds out which node evaluates the column default for

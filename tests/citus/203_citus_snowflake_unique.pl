@@ -1,5 +1,4 @@
-# leaf_id on Citus, issue 8 item 3 (first two points): snowflake IDs unique
-# across the cluster.
+# leaf_id on Citus: snowflake IDs unique across the cluster.
 #
 # leaf_worker is a reference table: each of the three nodes claims its own
 # worker id from it and keeps it across a restart of that node and across a

@@ -1,4 +1,4 @@
-# leaf_id on Citus, issue 8 item 4: physical copies of a node.
+# leaf_id on Citus: physical copies of a node.
 #
 # A promoted standby of worker1 (while worker1 is alive) and a pg_basebackup
 # clone of worker2 started as a server of its own (while worker2 is alive).

@@ -1,4 +1,4 @@
-# leaf_id on Citus, issue 8 item 5: one node down.
+# leaf_id on Citus: one node down.
 #
 # Under load on the coordinator and worker1 (on each, one session drawing
 # segment IDs of a step-10 tag and one drawing snowflake IDs, each call

@@ -1,5 +1,5 @@
-# leaf_id on Citus, issue 8 item 3 (last point): a dead or removed node does
-# not lose its snowflake worker id.
+# leaf_id on Citus: a dead or removed node does not lose its snowflake
+# worker id.
 #
 # worker2's postmaster is killed (kill -9) while it holds worker id 2 with a
 # live lease. Then, without any Citus action, the coordinator and worker1

@@ -1,4 +1,4 @@
-# leaf_id on Citus, issue 8 item 5: a dead coordinator.
+# leaf_id on Citus: a dead coordinator.
 #
 # The coordinator holds a copy of the reference tables too. Once its
 # postmaster is killed (kill -9):

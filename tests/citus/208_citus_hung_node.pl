@@ -1,4 +1,4 @@
-# leaf_id on Citus, issue 8 item 5: a node that hangs (a network partition).
+# leaf_id on Citus: a node that hangs (a network partition).
 #
 # Every process of worker2 is stopped (SIGSTOP): its port accepts TCP
 # connections but nothing answers, as across a partition, where Citus waits

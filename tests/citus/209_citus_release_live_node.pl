@@ -1,4 +1,4 @@
-# leaf_id on Citus, issue 8 item 3: an operator releases the worker id of a
+# leaf_id on Citus: an operator releases the worker id of a
 # node that is still live, while one copy of leaf_worker missed its latest
 # renewals, and another node takes the id over at once.
 #

@@ -1,4 +1,4 @@
-# leaf_id on Citus, issue 8 item 5: segment IDs go on while a node is dead.
+# leaf_id on Citus: segment IDs go on while a node is dead.
 #
 # A refill through Citus needs every copy of leaf_alloc. While the cluster
 # is whole, each refill also keeps leaf_id.citus_reserve segments in the

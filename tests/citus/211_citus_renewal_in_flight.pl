@@ -1,4 +1,4 @@
-# leaf_id on Citus, issue 8 item 5: a snowflake renewal in flight on a node
+# leaf_id on Citus: a snowflake renewal in flight on a node
 # at the instant the node hangs.
 #
 # Citus reads a remote answer without a timeout and cancels with libpq's

@@ -1,4 +1,4 @@
-# leaf_id on Citus, issue 16 item 7 (membership changes): copies of
+# leaf_id on Citus (membership changes): copies of
 # leaf_worker on disabled nodes.
 #
 # The coordinator disables worker1 and worker2 while both are live (as an

@@ -1,4 +1,4 @@
-# leaf_id on Citus, issue 16 item 7 (membership changes): nodes removed on
+# leaf_id on Citus (membership changes): nodes removed on
 # one side of a partition.
 #
 # The coordinator disables and then removes worker1 and worker2 while both

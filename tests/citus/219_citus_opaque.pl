@@ -1,4 +1,4 @@
-# leaf_id on Citus, issue 19: opaque IDs. leaf_opaque_domain is a reference
+# leaf_id on Citus: opaque IDs. leaf_opaque_domain is a reference
 # table (the set-up statement), so a domain created on the coordinator has
 # one key on every node: the three nodes draw an opaque tag's IDs at once,
 # none twice, and every node decodes every node's IDs to the same counters,

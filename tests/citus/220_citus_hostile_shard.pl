@@ -1,4 +1,4 @@
-# Security on Citus (issue 27, item 11): the statements leaf_id's workers run
+# Security on Citus: the statements leaf_id's workers run
 # on a node's copy of leaf_worker find the copy (the shard) by name. The
 # database owner of worker2, not a superuser, owns public there (Debian's
 # pg_database_owner), so with citus.enable_manual_changes_to_shards (a user

@@ -1,5 +1,5 @@
 # leaf_id on Citus: the rows of leaf_worker deleted while their holders issue
-# (an operator "resetting the registry", issue 27's review). A deleted row
+# (an operator "resetting the registry"). A deleted row
 # leaves no mark, so the id looks free; another node that claims it must not
 # issue in the milliseconds its holder may still use (up to the holder's
 # lease), and the holder, whose renewal finds no row, must stop and claim

@@ -1,4 +1,4 @@
-# leaf_id on Citus (#27 item 5): a database owner's settings on another node do
+# leaf_id on Citus: a database owner's settings on another node do
 # not stop the workers' statements that Citus runs there. The workers force
 # their timeouts in their own sessions; Citus opens sessions on the other
 # nodes for a refill (the write to every copy of leaf_alloc), which take the

@@ -1,4 +1,4 @@
-# Citus nodes that start drawing together (#40 item 5). A coordinator and
+# Citus nodes that start drawing together. A coordinator and
 # two workers with the reference tables, as citus.md sets them up; right
 # after, two sessions on each node insert rows whose defaults draw both
 # modes, all from the first second. Every node claims its snowflake worker

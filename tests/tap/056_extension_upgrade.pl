@@ -1,4 +1,4 @@
-# leaf_id extension upgrades (issue 9 item 2): a database created with
+# leaf_id extension upgrades: a database created with
 # 0.1.0's SQL (sql/leaf_id--0.1.0.sql, kept in the repository) is updated with
 # ALTER EXTENSION leaf_id UPDATE.
 #  - On the 0.1.0 catalog the new library serves segment mode and refuses

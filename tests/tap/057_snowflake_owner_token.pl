@@ -1,4 +1,4 @@
-# leaf_id snowflake mode, issue 8 item 4: two live servers with one node
+# leaf_id snowflake mode: two live servers with one node
 # name (a physical copy, a promoted standby: the default name is system
 # identifier and port) never hold one worker id at once.
 #

@@ -109,7 +109,7 @@ for my $given (0, 1)
 	is($node->safe_psql('postgres', "SELECT count(*) FROM $t"), 30 + $given, "$t: every insert is there");
 }
 
-# Adoption and who may draw (#40 item 4): nextval on the sequence needed
+# Adoption and who may draw: nextval on the sequence needed
 # USAGE or UPDATE on it, the adopted tag has no draw_role, so every role that
 # may run leaf_segment_next can draw it: the adoption says so with a WARNING
 # naming who had the privilege, and a hint; not when PUBLIC had it.

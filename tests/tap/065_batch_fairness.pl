@@ -3,7 +3,7 @@
 # they have beside a query that only burns a CPU (the control, with no
 # leaf_id in it) while another session draws leaf_snowflake_next(2147483647)
 # (or leaf_segment_next(tag, 2147483647)), and pg_cancel_backend ends the
-# batch within a second. The batch is produced as its rows are read, in chunks
+# batch within 1.5 s. The batch is produced as its rows are read, in chunks
 # of 256; a snowflake batch leaves the top 1,024 sequence numbers of every
 # millisecond to single calls.
 #

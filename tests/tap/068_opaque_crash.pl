@@ -1,4 +1,4 @@
-# leaf_id opaque IDs (issue 19): 8 sessions draw from an opaque tag with
+# leaf_id opaque IDs: 8 sessions draw from an opaque tag with
 # small segments while a client backend and then the leaf_id worker are
 # killed with kill -9 (the postmaster reinitializes shared memory and runs
 # crash recovery). No ID is received twice over all rounds, every ID is in

@@ -1,4 +1,4 @@
-# leaf_id opaque IDs and pg_dump / pg_restore (issue 19): the dump keeps each
+# leaf_id opaque IDs and pg_dump / pg_restore: the dump keeps each
 # domain's key and every tag's domain, so every ID decodes the same after a
 # restore into a fresh cluster, and the restored tag goes on with IDs that
 # the source never issued, above its counters.

@@ -1,4 +1,4 @@
-# leaf_id opaque IDs (issue 19): a session encodes an opaque tag's counter
+# leaf_id opaque IDs: a session encodes an opaque tag's counter
 # values in runs and hands the rest out on its next calls
 # (src/segment/opaque_runs.rs). A run must never outlive its tag: after
 # another session drops and creates the extension again (new leaf_alloc, a
@@ -10,7 +10,7 @@
 # ended session's runs (the end of its last run known from the run sizes,
 # 1, 2, 4, then 8), and starts above that run's end. Last, with every statement and the worker's
 # messages logged, it checks that no domain's key reaches the server log or
-# pg_settings (issue 19, item 2).
+# pg_settings.
 
 use strict;
 use warnings;

@@ -1,4 +1,4 @@
-# A tag never issues under two encodings (issue 27, item 4). A tag's plain
+# A tag never issues under two encodings. A tag's plain
 # IDs and its opaque IDs (or the IDs of two domains) can be equal, so a tag
 # that issued under one encoding must refuse another, also after its row was
 # deleted, its shared-memory slot freed and the server restarted, and with

@@ -1,5 +1,5 @@
-# A database owner cannot stop leaf_id in her database with a timeout
-# (issue 27, item 5). olga owns database od, where a superuser installed
+# A database owner cannot stop leaf_id in her database with a timeout.
+# olga owns database od, where a superuser installed
 # leaf_id; she sets each timeout a database setting can give the workers'
 # sessions to 1 ms (ALTER DATABASE od SET ...; transaction_timeout on
 # PostgreSQL 17 and later), and the workers start again under it. Both modes
@@ -10,7 +10,7 @@
 # decide how long the workers wait for the standbys (leaf_id.refill_timeout
 # is a user setting; the workers' wait is leaf_id.standby_confirm_timeout).
 #
-# Which of these settings can reach a worker at all (issue 41):
+# Which of these settings can reach a worker at all:
 #  - statement_timeout, idle_in_transaction_session_timeout and
 #    idle_session_timeout cannot: PostgreSQL arms their timers only in
 #    postgres.c's client loop (start_xact_command for the statement, the

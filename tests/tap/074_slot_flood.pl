@@ -1,4 +1,4 @@
-# One tenant cannot take the shared slots from the others (issue 27, item 6).
+# One tenant cannot take the shared slots from the others.
 # Tag slots and database slots are shared by every database of the server;
 # here leaf_id.max_tags = 64 and leaf_id.max_databases = 3, so a database's
 # share is 21 (leaf_id.max_tags_per_database = -1, the default).
@@ -237,9 +237,9 @@ $node->stop;
 # A tag admin's tags fill them: with a catalog that records each tag's end
 # (0.5.0 on), a mark of such a tag is reused, so her 50 tags and another
 # database's new tag all work (every mark taken stopped every database's
-# new tags with 53400 until a restart: reproduced with 16,384 tag names by
-# the review); a tag whose mark went on above its recorded end, re-created
-# lower, repeats no ID.
+# new tags with 53400 until a restart: reproduced with 16,384 tag names);
+# a tag whose mark went on above its recorded end, re-created lower, repeats
+# no ID.
 my $m = leaf_node('marks', q{
 leaf_id.max_tags = 64
 leaf_id.max_tags_per_database = 64

@@ -1,4 +1,4 @@
-# Failover with asynchronous standbys (issue 29): with
+# Failover with asynchronous standbys: with
 # leaf_id.synchronized_standby_slots, what a worker commits (a refill, a
 # snowflake lease, a claim) is used only once the standbys of the named
 # physical slots have flushed it. A primary, two streaming standbys with

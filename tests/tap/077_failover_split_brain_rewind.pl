@@ -1,4 +1,4 @@
-# Split brain and the old primary's return (issue 29 items 2 and 3), with
+# Split brain and the old primary's return, with
 # leaf_id.synchronized_standby_slots = '*' and two asynchronous standbys on
 # slots s1 and s2:
 #  A. s1 is promoted while the primary still runs (s2 still follows the

@@ -1,4 +1,4 @@
-# Failover with synchronous replication (issue 29), the other way to keep a
+# Failover with synchronous replication, the other way to keep a
 # promoted standby from reissuing: the worker commits with
 # synchronous_commit = on and uses a refill, lease or claim only once the
 # synchronous standbys have flushed it (leaf_id.synchronized_standby_slots

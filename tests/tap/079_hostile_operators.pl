@@ -1,4 +1,4 @@
-# Security (issue 27, the adversarial review): a database owner's operators
+# Security: a database owner's operators
 # never run in leaf_id's install and update scripts. Extension scripts run
 # with search_path = the extension's schema (public, which a database owner
 # owns from PostgreSQL 15 on), pg_catalog implicitly first; an expression

@@ -1,4 +1,4 @@
-# A tag inserted while the worker looks it up (issue 27's review): a call
+# A tag inserted while the worker looks it up: a call
 # made after the INSERT committed must get IDs, not 42704 ("does not exist")
 # or a 55000 that blames a trigger. leaf_id.test_fault_point =
 # slow_tag_lookup makes a refill that finds no row pause 1.5 s before it

@@ -8,7 +8,7 @@
 #    handed out). A NOINHERIT member needs SET ROLE; a changed draw_role
 #    applies after leaf_id_reset_cache(); a name no role has leaves the tag to
 #    superusers; NULL opens it again. A session whose cached slot of an open
-#    tag went to a restricted one is not refused (review F1). pg_monitor sees
+#    tag went to a restricted one is not refused. pg_monitor sees
 #    a restricted tag's counters only with the draw_role's privileges.
 # B. leaf_alloc.max_value: the tag issues exactly the values up to it, then
 #    2200H (also a batch call, also after a restart, an opaque tag's counter

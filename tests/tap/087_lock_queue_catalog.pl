@@ -63,7 +63,7 @@ for my $who ('u', 'owner_role')
 	  or diag $r->{err};
 }
 
-# --- the attack of the issue, as u, held open while IDs are drawn ------------
+# --- the lock-queue attack, as u, held open while IDs are drawn --------------
 # session 1 would hold AccessShareLock from its PREPARE; it cannot, so it holds
 # nothing. Session 2's CREATE RULE fails at once instead of waiting in the
 # queue. Every kind of job then runs within its first try.

@@ -1,5 +1,5 @@
-# leaf_id.synchronized_standby_slots where it finds no physical slot
-# (#40 item 4). '*' waits for every permanent physical slot of the server:
+# leaf_id.synchronized_standby_slots where it finds no physical slot.
+# '*' waits for every permanent physical slot of the server:
 # with none, the workers' commits wait for no standby (a standby that streams
 # without a slot, or a cascading standby, has no slot here), so what they
 # reserve is used at once. Named slots that are missing confirm nothing, so

@@ -63,7 +63,7 @@ is( $node->safe_psql('postgres', q{SELECT worker_id, node_name FROM leaf_id_cata
 
 # Another database of the server configured with an id (ALTER DATABASE ...
 # SET leaf_id.worker_id) keeps it: a database that claims from its registry
-# first takes another id, and the configured one then starts (review F6: it
+# first takes another id, and the configured one then starts (it
 # was refused with 55000, its id taken by the first).
 $node->safe_psql('postgres', 'CREATE DATABASE conf_a');
 $node->safe_psql('postgres', 'ALTER DATABASE conf_a SET leaf_id.worker_id = 0');

@@ -1,5 +1,5 @@
 # A snowflake call whose database's shared slot is given to another database
-# and back while the call runs (#27 review F3, "ABA") must not hand out the
+# and back while the call runs (an "ABA" race) must not hand out the
 # other database's ID. One database slot (leaf_id.max_databases = 1), two
 # databases with worker ids 1 and 2, workers that leave after 300 ms idle.
 # A call of database a pauses before its take from the generator (the slot
