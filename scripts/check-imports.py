@@ -18,7 +18,7 @@ SRC = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file_
 # The pure core: plain Rust, unit-tested with `cargo test`.
 PURE = {
     "segment::buffer", "segment::step", "segment::range_plan", "segment::reserve", "segment::opaque", "segment::opaque_runs",
-    "snowflake::layout", "snowflake::generator", "snowflake::claim", "snowflake::quorum",
+    "snowflake::layout", "snowflake::generator", "snowflake::claim_plan", "snowflake::quorum",
     "runtime::standby_rule", "runtime::catalog",
 }
 # The one module that may use the jobs of both modes.

@@ -48,7 +48,7 @@ pub extern "C-unwind" fn _PG_init() {
         // functions raise a clear error; nothing else to do without shared memory
         return;
     }
-    if let Err(why) = snowflake::sql::check_epoch() {
+    if let Err(why) = snowflake::functions::check_epoch() {
         errors::raise(PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE, why, None);
     }
     runtime::shmem::install_hooks();

@@ -9,7 +9,7 @@
 //! A copy that is not this node's row and token raises (the guard of
 //! `citus::guard`), so it does not count.
 
-use crate::runtime::job::{JobError, spi_err};
+use crate::runtime::job_error::{JobError, spi_err};
 use crate::runtime::worker_sql::{self as sql, Schema, Shard, Table};
 use crate::snowflake::quorum;
 use pgrx::pg_sys;
@@ -669,7 +669,7 @@ pub fn mark_on_own_copy(
     };
     let mark = row.get::<i64>(1).map_err(spi_err)?.unwrap_or(0);
     let mark_epoch = row.get::<i64>(2).map_err(spi_err)?;
-    crate::snowflake::claim::floor_for_epoch(mark, mark_epoch, epoch).map_err(|e| {
+    crate::snowflake::claim_plan::floor_for_epoch(mark, mark_epoch, epoch).map_err(|e| {
         JobError::new(
             PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
             e.describe(worker_id),
@@ -724,8 +724,8 @@ pub fn highest_mark_on_other_copies(
         let mut parts = a.split(',').map(|p| p.trim().parse::<i64>().ok());
         let mark = parts.next().flatten().unwrap_or(0);
         let mark_epoch = parts.next().flatten();
-        let floor =
-            crate::snowflake::claim::floor_for_epoch(mark, mark_epoch, epoch).map_err(|e| {
+        let floor = crate::snowflake::claim_plan::floor_for_epoch(mark, mark_epoch, epoch)
+            .map_err(|e| {
                 JobError::new(
                     PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
                     e.describe(worker_id),

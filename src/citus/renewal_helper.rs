@@ -220,14 +220,14 @@ pub extern "C-unwind" fn leaf_id_renewal_helper_main(arg: pg_sys::Datum) {
                         vec![command.clone()].into(),
                     ],
                 )
-                .map_err(crate::runtime::job::spi_err)?
+                .map_err(crate::runtime::job_error::spi_err)?
                 .first();
             Ok((
                 row.get::<bool>(1)
-                    .map_err(crate::runtime::job::spi_err)?
+                    .map_err(crate::runtime::job_error::spi_err)?
                     .unwrap_or(false),
                 row.get::<String>(2)
-                    .map_err(crate::runtime::job::spi_err)?
+                    .map_err(crate::runtime::job_error::spi_err)?
                     .unwrap_or_default(),
             ))
         })

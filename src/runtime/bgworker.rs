@@ -3,7 +3,7 @@
 //! PostgreSQL's SIGTERM handler. Owns no loop and no job (`worker_loop`,
 //! the modes' `jobs`); helpers (`citus::renewal_helper`) use it too.
 
-use crate::runtime::job::{EXTENSION_GONE, JobError};
+use crate::runtime::job_error::{EXTENSION_GONE, JobError};
 use crate::runtime::shmem::{Role, Shared};
 use pgrx::bgworkers::{BackgroundWorkerBuilder, BgWorkerStartTime};
 use pgrx::pg_sys;

@@ -20,7 +20,7 @@ pub mod bgworker;
 pub mod catalog;
 pub mod clock;
 pub mod copy_slot;
-pub mod job;
+pub mod job_error;
 pub mod owner_file;
 pub mod pg_version;
 pub mod shmem;

@@ -43,8 +43,8 @@ impl ErrorCell {
     pub fn set(&self, sqlstate: i32, message: &str) {
         let bytes = truncate_utf8(message, MESSAGE_BYTES);
         // SAFETY: the bytes are written only here and read only in `get`, each with the owner's
-        // LWLock held exclusively: a tag's cell under `lock_tag` (segment::jobs, segment::sql), a
-        // database's under `lock_db` (snowflake::jobs, snowflake::sql), a wait note's under
+        // LWLock held exclusively: a tag's cell under `lock_tag` (segment::jobs, segment::functions), a
+        // database's under `lock_db` (snowflake::jobs, snowflake::functions), a wait note's under
         // `lock_db` (standby_wait, worker_status). So no process touches them meanwhile, and this
         // `&mut` is the only reference while it lives; `bytes.len() <= MESSAGE_BYTES`
         // (truncate_utf8).

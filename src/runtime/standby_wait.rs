@@ -4,7 +4,7 @@
 //! what the commit reserved (`transaction::in_transaction` calls it for every
 //! job that wrote, and refuses the job's result when it fails).
 
-use crate::runtime::job::{JobError, spi_err};
+use crate::runtime::job_error::{JobError, spi_err};
 use crate::runtime::shmem::Role;
 use crate::runtime::standby_rule::{self, NoSlot, SlotRule, SlotState, Verdict};
 use crate::runtime::worker_sql;

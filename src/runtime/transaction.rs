@@ -16,7 +16,7 @@
 
 use crate::errors::code_of;
 use crate::runtime::catalog::Catalog;
-use crate::runtime::job::{EXTENSION_GONE, JobError};
+use crate::runtime::job_error::{EXTENSION_GONE, JobError};
 use crate::runtime::worker_sql::Schema;
 use pgrx::pg_sys;
 use pgrx::pg_sys::panic::CaughtError;
@@ -60,7 +60,10 @@ pub const FORCED_SETTINGS: &[(&CStr, &CStr)] = &[
     // worker's statements, transactions or session (a database owner may
     // ALTER DATABASE ... SET any of them): its own lock timeout, the rest off
     // (transaction_timeout, PostgreSQL 17 on, in OPTIONAL_FORCED_SETTINGS)
-    (c"lock_timeout", crate::runtime::job::WORKER_LOCK_TIMEOUT_C),
+    (
+        c"lock_timeout",
+        crate::runtime::job_error::WORKER_LOCK_TIMEOUT_C,
+    ),
     (c"statement_timeout", c"0"),
     (c"idle_in_transaction_session_timeout", c"0"),
     (c"idle_session_timeout", c"0"),
@@ -232,7 +235,7 @@ fn force_remote_settings() -> Result<(), JobError> {
     if !citus_loaded() {
         return Ok(());
     }
-    Spi::run(citus_remote_settings_sql()).map_err(crate::runtime::job::spi_err)
+    Spi::run(citus_remote_settings_sql()).map_err(crate::runtime::job_error::spi_err)
 }
 
 /// Is a setting defined (by PostgreSQL or a loaded library)?

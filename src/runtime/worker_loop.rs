@@ -49,7 +49,7 @@ unsafe extern "C-unwind" fn detach(_code: i32, arg: pg_sys::Datum) {
             Role::Snowflake => {
                 // no renewals without a worker: nothing more is issued, and
                 // the next worker claims again
-                db.generator.close(crate::snowflake::sql::epoch());
+                db.generator.close(crate::snowflake::functions::epoch());
                 if db.snowflake_state.load(SeqCst) == SnowflakeState::Ready as u32 {
                     db.snowflake_state
                         .store(SnowflakeState::NotRequested as u32, SeqCst);

@@ -14,7 +14,7 @@
 //! anything: the jobs do.
 
 use crate::runtime::catalog::Catalog;
-use crate::runtime::job::{JobError, spi_err};
+use crate::runtime::job_error::{JobError, spi_err};
 use pgrx::pg_sys;
 use pgrx::spi::SpiClient;
 

@@ -7,7 +7,7 @@
 use crate::errors::code_of;
 use crate::runtime::bgworker::WorkerContext;
 use crate::runtime::clock::unix_us;
-use crate::runtime::job::{JobError, explain_unreachable, spi_err};
+use crate::runtime::job_error::{JobError, explain_unreachable, spi_err};
 use crate::runtime::shmem::{TagSlot, TagStatus, data_dir};
 use crate::runtime::transaction::in_transaction;
 use crate::runtime::worker_sql as sql;

@@ -8,19 +8,19 @@
 //! `reserve` (the Citus reserve's rules and file format), `opaque`
 //! (the keyed permutation), `opaque_runs` (a session's runs of encoded
 //! opaque IDs), `tag_cache` (a session's tags and their slots). Inside
-//! Postgres: `sql` (the SQL functions), `opaque_sql` (the opaque domains'
-//! Rust functions), `jobs` (the segment worker's scheduling), `refill` (one
-//! refill), `reserve_file` (the reserve's file).
+//! Postgres: `functions` (the SQL functions), `opaque_functions` (the opaque
+//! domains' Rust functions), `jobs` (the segment worker's scheduling),
+//! `refill` (one refill), `reserve_file` (the reserve's file).
 pub mod buffer;
 pub mod draw_role;
+pub mod functions;
 pub mod jobs;
 pub mod opaque;
+pub mod opaque_functions;
 pub mod opaque_runs;
-pub mod opaque_sql;
 pub mod range_plan;
 pub mod refill;
 pub mod reserve;
 pub mod reserve_file;
-pub mod sql;
 pub mod step;
 pub mod tag_cache;

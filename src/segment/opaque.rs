@@ -200,7 +200,7 @@ impl Domain {
     /// `E_k` of `LANES` values at once: the same IDs as `encode` of each,
     /// computed side by side so that the CPU's vector units run the
     /// `LANES` SipHash computations of a round together (an opaque tag's
-    /// session encodes its counter values in runs: `segment::sql`). One
+    /// session encodes its counter values in runs: `segment::functions`). One
     /// value's ten rounds are a chain of dependent SipHash calls, which
     /// no CPU overlaps; `LANES` independent chains it does.
     pub fn encode_lanes(&self, values: [i64; LANES]) -> Result<[i64; LANES], OutOfDomain> {

@@ -126,7 +126,7 @@ impl SessionRuns {
 mod tests {
     use super::*;
 
-    /// A session's draws of one tag: the IDs in order, as `segment::sql`
+    /// A session's draws of one tag: the IDs in order, as `segment::functions`
     /// makes them (a take of `take_size` values, the first handed out).
     fn draw(runs: &mut SessionRuns, counter: &mut i64, slot: usize, epoch: u64) -> i64 {
         if let Some(id) = runs.pop(slot, epoch, || true) {

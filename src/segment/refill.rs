@@ -5,7 +5,7 @@
 
 use crate::runtime::backend::database_exists;
 use crate::runtime::catalog::Catalog;
-use crate::runtime::job::{JobError, spi_err};
+use crate::runtime::job_error::{JobError, spi_err};
 use crate::runtime::shmem::shared;
 use crate::runtime::transaction::in_transaction;
 use crate::runtime::worker_sql::{self as sql, Schema, Table};

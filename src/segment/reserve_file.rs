@@ -3,7 +3,7 @@
 //! data directory, and remove it for `leaf_id_reset_cache()`. Owns the
 //! file's I/O; what the reserve holds is `segment::reserve`'s (pure).
 
-use crate::runtime::job::JobError;
+use crate::runtime::job_error::JobError;
 use crate::runtime::shmem::{data_dir, shared};
 use crate::segment::reserve::{self as local_reserve, Reserve};
 use pgrx::prelude::*;

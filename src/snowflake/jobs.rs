@@ -4,7 +4,7 @@
 
 use crate::errors::code_of;
 use crate::runtime::bgworker::WorkerContext;
-use crate::runtime::job::explain_unreachable;
+use crate::runtime::job_error::explain_unreachable;
 use crate::runtime::shmem::SnowflakeState;
 use crate::runtime::transaction::in_transaction;
 use crate::settings;
@@ -98,7 +98,7 @@ impl SnowflakeJobs {
         if !slot.generator.is_closed() {
             close_and_persist(ctx.db, OwnerToken::Release);
         }
-        slot.generator.close(crate::snowflake::sql::epoch());
+        slot.generator.close(crate::snowflake::functions::epoch());
         let (db, avoid) = (ctx.db, self.lost_id);
         let result = in_transaction(|schema, catalog| claim(schema, catalog, db, avoid))
             .map_err(|e| explain_unreachable(e, "claim a snowflake worker id", "leaf_worker"))

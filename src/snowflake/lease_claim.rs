@@ -1,5 +1,5 @@
 //! Claiming a snowflake worker id: read `leaf_worker`, plan the claim
-//! (`snowflake::claim`, pure), take the row (insert, released row, own row
+//! (`snowflake::claim_plan`, pure), take the row (insert, released row, own row
 //! back, or a takeover after its lease), persist a first mark, and publish
 //! the claim to shared memory. Renewals and the close are `lease_renew`'s
 //! and `lease_close`'s.
@@ -12,11 +12,11 @@
 
 use crate::runtime::catalog::Catalog;
 use crate::runtime::clock::clock_ms;
-use crate::runtime::job::{JobError, spi_err};
+use crate::runtime::job_error::{JobError, spi_err};
 use crate::runtime::shmem::shared;
 use crate::runtime::worker_sql::{self as sql, Schema};
 use crate::settings;
-use crate::snowflake::claim::{
+use crate::snowflake::claim_plan::{
     self, ClaimInput, ClaimSettings, ClaimStep, Continue, EndsLease, IfLost, MarksRead, Refusal,
     RegistryCopies, RegistryRow, Take, Took, Waits, Wrote,
 };
@@ -107,7 +107,7 @@ struct ClaimContext<'a> {
 /// Claim (or re-take) this node's worker id and persist a first mark. The
 /// generator is closed (`SnowflakeJobs::claim`). `avoid`: the id released
 /// from under this server, taken from the registry only if no other is free
-/// (`claim::plan`).
+/// (`claim_plan::plan`).
 pub fn claim(
     schema: &Schema,
     catalog: Catalog,
@@ -166,7 +166,7 @@ fn claim_in_spi(client: &mut SpiClient, cx: &ClaimContext) -> Result<(Took, Cont
             rows: &rows,
             now_ms: clock_ms(),
         };
-        match record_step(client, cx, claim::plan_step(&input))? {
+        match record_step(client, cx, claim_plan::plan_step(&input))? {
             Tried::Lost(wrote) => wrote_before = wrote_before.or(wrote),
             Tried::Took(took) => {
                 let took = Took {
@@ -292,7 +292,7 @@ fn record_move(
             &[
                 (release.worker_id as i32).into(),
                 node.into(),
-                claim::released_name(release.worker_id).as_str().into(),
+                claim_plan::released_name(release.worker_id).as_str().into(),
                 release.owner_token.unwrap_or(0).into(),
                 cx.settings.token.into(),
                 at_ms.into(),
@@ -334,7 +334,7 @@ fn insert_or_take_over(
             &[
                 (id as i32).into(),
                 node.into(),
-                claim::released_name(id).as_str().into(),
+                claim_plan::released_name(id).as_str().into(),
                 token.into(),
             ],
         ),
@@ -364,7 +364,7 @@ fn refusal(r: Refusal, node: &str) -> JobError {
 
 /// After the take: on Citus, check and pin the copies a written claim
 /// counts, then read the marks the claim continues from
-/// (`claim::continue_from`).
+/// (`claim_plan::continue_from`).
 fn read_marks(
     client: &mut SpiClient,
     cx: &ClaimContext,
@@ -385,7 +385,7 @@ fn read_marks(
         Some((_, true)) => RegistryCopies::CitusWithOwnCopy,
         Some((_, false)) => RegistryCopies::CitusElsewhere,
     };
-    let reads = claim::mark_reads(shape, took.wrote);
+    let reads = claim_plan::mark_reads(shape, took.wrote);
     let copies = citus.as_ref().map(|(c, _)| c);
     // this node's own copy, read without Citus (which may read another
     // copy): it is in every majority that granted this node a lease, so a
@@ -411,7 +411,7 @@ fn read_marks(
         own_copy,
         other_copies,
     };
-    Ok(claim::continue_from(&marks, took))
+    Ok(claim_plan::continue_from(&marks, took))
 }
 
 /// The id's row mark, moved to the current epoch, and that epoch. No FOR
@@ -425,8 +425,8 @@ fn row_mark(client: &mut SpiClient, schema: &Schema, id: i64) -> Result<(i64, i6
         .first();
     let mark = row.get::<i64>(1).ok().flatten().unwrap_or(0);
     let mark_epoch = row.get::<i64>(2).ok().flatten();
-    let epoch = crate::snowflake::sql::epoch();
-    let mark = claim::floor_for_epoch(mark, mark_epoch, epoch)
+    let epoch = crate::snowflake::functions::epoch();
+    let mark = claim_plan::floor_for_epoch(mark, mark_epoch, epoch)
         .map_err(|e| JobError::new(PgSqlErrorCode::ERRCODE_DATA_CORRUPTED, e.describe(id)))?;
     Ok((mark, epoch))
 }
@@ -457,10 +457,10 @@ fn finish_claim(cx: ClaimContext, took: &Took, from: Continue) -> Result<Claimed
     } else {
         sh.lifetime_lease(worker_id)
     };
-    let floor = claim::claim_floor(from.mark, kept).max(noted);
+    let floor = claim_plan::claim_floor(from.mark, kept).max(noted);
     let last = if same_id {
         slot.generator
-            .last_issued_ms(crate::snowflake::sql::epoch())
+            .last_issued_ms(crate::snowflake::functions::epoch())
             .unwrap_or(0)
     } else {
         0

@@ -3,7 +3,7 @@
 //! issued millisecond (never below what someone else persisted).
 
 use crate::runtime::catalog::Catalog;
-use crate::runtime::job::{JobError, spi_err};
+use crate::runtime::job_error::{JobError, spi_err};
 use crate::runtime::shmem::{DbSlot, shared};
 use crate::runtime::transaction::in_transaction;
 use crate::runtime::worker_sql::{self as sql, Schema, Table};
@@ -32,7 +32,7 @@ const SKIPPED_ON_CITUS: i64 = i64::MIN;
 /// lifetime needs no write of every Citus copy to take the row back.
 pub fn close_and_persist(db: usize, owner_token: OwnerToken) {
     let slot = shared().expect("shared memory").db(db);
-    let epoch = crate::snowflake::sql::epoch();
+    let epoch = crate::snowflake::functions::epoch();
     // after this no ID can be issued with a later millisecond
     let last = slot.generator.close(epoch).unwrap_or(0);
     if slot.worker_id.load(SeqCst) < 0 || slot.generator.lease_ms.load(SeqCst) == 0 {

@@ -5,7 +5,7 @@
 
 use crate::runtime::catalog::Catalog;
 use crate::runtime::clock::clock_ms;
-use crate::runtime::job::{JobError, spi_err};
+use crate::runtime::job_error::{JobError, spi_err};
 use crate::runtime::shmem::shared;
 use crate::runtime::worker_sql::{self as sql, Schema};
 use crate::settings;
@@ -74,7 +74,7 @@ pub(crate) fn persist(
                 node,
                 token,
                 mark,
-                epoch: crate::snowflake::sql::epoch(),
+                epoch: crate::snowflake::functions::epoch(),
             };
             crate::citus::copies::renew_on_majority(
                 client,
@@ -113,7 +113,7 @@ fn update_mark(
                     mark.into(),
                     (worker_id as i32).into(),
                     node.into(),
-                    crate::snowflake::sql::epoch().into(),
+                    crate::snowflake::functions::epoch().into(),
                     token.into(),
                 ],
             )

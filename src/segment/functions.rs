@@ -558,7 +558,7 @@ fn refill_timed_out(db: usize, tag: &str, slot: &TagSlot, epoch: u64) -> ! {
         if contention {
             format!(
                 "timed out waiting for a refill of leaf_id tag \"{tag}\": {}",
-                crate::runtime::job::CONTENTION_NOTE
+                crate::runtime::job_error::CONTENTION_NOTE
             )
         } else if standby.is_empty() {
             format!("timed out waiting for a refill of leaf_id tag \"{tag}\"")
@@ -657,7 +657,8 @@ fn leaf_segment_status() -> TableIterator<
     // an opaque tag's counters (its segments' bounds, its refills) are the
     // count that decoding reveals: NULL for a role that may not decode
     // (a catalog without opaque IDs has no opaque tag)
-    let may_decode = crate::segment::opaque_sql::decode_privilege().is_some_and(|(may, _)| may);
+    let may_decode =
+        crate::segment::opaque_functions::decode_privilege().is_some_and(|(may, _)| may);
     let mut rows = Vec::new();
     for i in 0..sh.n_tags() {
         let slot = sh.tag(i);

@@ -252,7 +252,7 @@ fn worker_timed_out(db: usize, slot: &DbSlot, assigned: u64) -> ! {
     raise(
         PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
         if contention {
-            format!("{what}: {}", crate::runtime::job::CONTENTION_NOTE)
+            format!("{what}: {}", crate::runtime::job_error::CONTENTION_NOTE)
         } else if standby.is_empty() {
             what.to_string()
         } else {
