@@ -81,7 +81,7 @@ sub draw_phase
 draw_phase(2, time);
 my $t_kill = time;
 $coord->kill9;
-my $down = draw_phase(10, $t_kill);
+my $down = draw_phase(12, $t_kill);
 for my $n ($w1, $w2)
 {
 	for my $mode ('seg', 'snow')
@@ -97,7 +97,7 @@ for my $n ($w1, $w2)
 		{
 			is(scalar @ref, 0, "$k: snowflake is never refused while the coordinator is dead")
 			  or diag explain \@ref;
-			cmp_ok($r->{last_ok} // 0, '>', 9, "$k: and keeps issuing (10 s, over three leases)");
+			cmp_ok($r->{last_ok} // 0, '>', 9, "$k: and keeps issuing (12 s, over three leases)");
 			is(join(',', keys %{ $r->{wids} }), $wid{ $n->name }, "$k: with its own worker id");
 			next;
 		}

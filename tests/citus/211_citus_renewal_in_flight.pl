@@ -74,7 +74,7 @@ for my $s (@survivors)
 		"$s->[1]_snow", $r->{ok}, $r->{last_ok} - $t_stop, $r->{errors}, $r->{states});
 	is($r->{errors}, 0, "$s->[1]: snowflake is never refused while a renewal hangs on worker2")
 	  or diag $r->{states};
-	cmp_ok($r->{last_ok} - $t_stop, '>', 9, "$s->[1]: it keeps issuing (10 s, three leases)");
+	cmp_ok($r->{last_ok} - $t_stop, '>', 8, "$s->[1]: it keeps issuing (10 s, into a third lease)");
 }
 
 # --- worker2 goes on -------------------------------------------------------------
