@@ -2,7 +2,7 @@
 //!
 //! One folder per concern (docs/architecture.md):
 //! - `segment` and `snowflake`: each mode, its pure core (plain Rust, unit
-//!   tested with `cargo test`), its SQL functions (`sql`) and its worker
+//!   tested with `cargo test`), its SQL functions (`functions`) and its worker
 //!   jobs;
 //! - `runtime`: what both modes share inside Postgres (shared memory, the
 //!   background worker and its loop, the hardened session, the one module

@@ -4,7 +4,7 @@
 //! the catalog versions served and what each has (`catalog`, plain Rust),
 //! the worker loop (`worker_loop`, the only module that knows both modes'
 //! jobs), the hardened session and transactions (`transaction`, with the
-//! jobs' error type in `job`), the one module that builds the workers' SQL
+//! jobs' error type in `job_error`), the one module that builds the workers' SQL
 //! (`worker_sql`), a backend's side of waiting on the worker (`backend`),
 //! reading a table as its owner (`as_owner`), which standbys must have a
 //! worker's commit before it is used (`standby_rule`, plain Rust) and the

@@ -55,11 +55,11 @@ my $now_ms = $coord->safe_psql('postgres', q{SELECT (extract(epoch FROM clock_ti
 cmp_ok($stale, '<', $now_ms, "premise: worker2's copy holds a lease that has passed");
 
 # --- the release, and worker2 takes the id ---------------------------------------
-# worker1 stops at its next renewal (within a second): the time of the
-# release is read in its own statement, not after another psql
+# worker1 stops at its next renewal (within a second): the time is read
+# right after the release has committed, in the same psql
 my $w1_name = $w1->safe_psql('postgres', 'SELECT node_name FROM leaf_snowflake_status');
-my ($released, $t_release) = split /\|/, $coord->safe_psql('postgres',
-	"SELECT leaf_snowflake_release_worker_id($id), extract(epoch FROM clock_timestamp())");
+my ($released, $t_release) = split /\n/, $coord->safe_psql('postgres',
+	"SELECT leaf_snowflake_release_worker_id($id); SELECT extract(epoch FROM clock_timestamp())");
 is($released, $w1_name, "the coordinator releases worker1's id $id while worker1 issues with it");
 $w2->safe_psql('postgres', "ALTER SYSTEM SET leaf_id.worker_id = $id; SELECT pg_reload_conf()");
 start_drawing($w2, 'w2_snow', 'snowflake');

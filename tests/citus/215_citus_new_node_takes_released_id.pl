@@ -56,11 +56,11 @@ ok( wait_until(
 	"premise: the coordinator's copy of worker1's row falls behind (its mark $stale, worker2's $fresh)");
 
 # --- the release, and worker3 takes the id ------------------------------------------
-# worker1 stops at its next renewal (within a second): the time of the
-# release is read in its own statement, not after another psql
+# worker1 stops at its next renewal (within a second): the time is read
+# right after the release has committed, in the same psql
 my $w1_name = $w1->safe_psql('postgres', 'SELECT node_name FROM leaf_snowflake_status');
-my ($released, $t_release) = split /\|/, $coord->safe_psql('postgres',
-	"SELECT leaf_snowflake_release_worker_id($id), extract(epoch FROM clock_timestamp())");
+my ($released, $t_release) = split /\n/, $coord->safe_psql('postgres',
+	"SELECT leaf_snowflake_release_worker_id($id); SELECT extract(epoch FROM clock_timestamp())");
 is($released, $w1_name, "the coordinator releases worker1's id $id while worker1 issues with it");
 $w3->safe_psql('postgres', "ALTER SYSTEM SET leaf_id.worker_id = $id; SELECT pg_reload_conf()");
 start_drawing($w3, 'w3_snow', 'snowflake');

@@ -51,6 +51,8 @@ ok( wait_until(
 # how long the call took, on the server
 my $took = $node->safe_psql('postgres',
 	"SELECT extract(epoch FROM state_change - query_start) FROM pg_stat_activity WHERE application_name = 'waiter'");
+like($into, qr/^\d/, 'premise: the cancel found the call');
+cmp_ok($took, '>', $into, 'premise: the call was still running at the cancel');
 cmp_ok($into, '<', 1.5, sprintf('premise: the cancel came %.2f s into the 2 s wait', $into));
 cmp_ok($took - $into, '<', 0.5,
 	sprintf('the cancel ended the wait early: the call took %.2f s, %.2f s after the cancel', $took, $took - $into));

@@ -1,7 +1,8 @@
 # A huge batch call lets every other session through: pgbench's single calls
 # (one ID per round trip, 1 client, 3 s) keep at least a third of the rate
-# they have beside a query that only burns a CPU (the control, with no
-# leaf_id in it) while another session draws leaf_snowflake_next(2147483647)
+# they have beside a busy query with no leaf_id in it (the control:
+# count(*) over generate_series in FROM, which, as the batch in FROM, fills
+# a tuplestore) while another session draws leaf_snowflake_next(2147483647)
 # (or leaf_segment_next(tag, 2147483647)), and pg_cancel_backend ends the
 # batch within 1.5 s. The batch is produced as its rows are read, in chunks
 # of 256; a snowflake batch leaves the top 1,024 sequence numbers of every
@@ -82,6 +83,8 @@ for my $mode (
 	my $alone = single_rate($single);
 	my ($c, $cpid) = start_busy('SELECT count(*) FROM generate_series(1, 2147483647)');
 	my $control = single_rate($single);
+	is($node->safe_psql('postgres', "SELECT state FROM pg_stat_activity WHERE pid = $cpid"),
+		'active', "$name: the control query was still running");
 	cancel_busy($c, $cpid) // die 'the control query did not end';
 	my ($b, $pid) = start_busy("SELECT count(*) FROM $batch");
 	my $beside = single_rate($single);

@@ -116,7 +116,7 @@ for my $round (1 .. @targets)
 	# and the clock catches up), so the kill comes right after the client
 	# has an ID ahead of the clock again, with nothing (no psql) between
 	ok( wait_until(60, sub { $ahead_ms = last_ms_of($file) - int(time * 1000); $ahead_ms > MARK_NEAR_MS }),
-		"round $round: premise: a second later the burst is still ahead of the clock (by $ahead_ms ms)");
+		"round $round: premise: after that second the burst is ahead of the clock again (by $ahead_ms ms)");
 	$killed_at_ms = int(time * 1000);
 	kill 'KILL', $pid;
 	$burst->finish;
