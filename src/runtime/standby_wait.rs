@@ -5,7 +5,7 @@
 //! job that wrote, and refuses the job's result when it fails).
 
 use crate::runtime::job_error::{JobError, spi_err};
-use crate::runtime::shmem::Role;
+use crate::runtime::shmem::{Role, WaitKind};
 use crate::runtime::standby_rule::{self, NoSlot, SlotRule, SlotState, Verdict};
 use crate::runtime::worker_sql;
 use pgrx::pg_sys;
@@ -37,7 +37,7 @@ const LOG_AFTER: Duration = Duration::from_secs(1);
 /// worker before it left).
 pub fn note_waits_at(db: usize, role: Role) {
     NOTE_AT.with(|c| c.set(Some((db, role))));
-    set_note("", None);
+    clear_note();
 }
 
 /// A worker's exit: its wait ends with it (shared memory only; the
@@ -46,7 +46,7 @@ pub fn note_waits_at(db: usize, role: Role) {
 pub fn forget_wait(db: usize, role: Role) {
     if let Some(sh) = crate::runtime::shmem::shared() {
         let _g = sh.lock_db(db);
-        sh.db(db).standby_wait[role as usize].set("", 0, None, 0);
+        sh.db(db).standby_wait[role as usize].set("", WaitKind::Nothing, None, 0);
     }
 }
 
@@ -66,21 +66,12 @@ pub fn waiting_for(db: usize, dboid: u32, role: Role) -> String {
         .unwrap_or_default()
 }
 
-fn set_note(what: &str, lag_bytes: Option<i64>) {
-    set_note_keyed(what, 0, lag_bytes)
+/// The worker waits for nothing (any more).
+fn clear_note() {
+    set_note("", WaitKind::Nothing, None)
 }
 
-/// What is waited for, without the positions: the slots' names.
-fn wait_key(waiting: &[(String, standby_rule::Behind)]) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::hash::DefaultHasher::new();
-    for (name, _) in waiting {
-        name.hash(&mut h);
-    }
-    h.finish() | 2 // (0 and 1 are the nothing and the synchronous standbys)
-}
-
-fn set_note_keyed(what: &str, key: u64, lag_bytes: Option<i64>) {
+fn set_note(what: &str, kind: WaitKind, lag_bytes: Option<i64>) {
     let Some((db, role)) = NOTE_AT.with(|c| c.get()) else {
         return;
     };
@@ -92,7 +83,7 @@ fn set_note_keyed(what: &str, key: u64, lag_bytes: Option<i64>) {
     let _g = sh.lock_db(db);
     sh.db(db).standby_wait[role as usize].set(
         what,
-        key,
+        kind,
         lag_bytes,
         crate::runtime::clock::unix_us(),
     );
@@ -127,13 +118,13 @@ fn report_activity(what: &str) {
 /// caller that times out meanwhile says so.
 pub(crate) fn note_synchronous_commit(waiting: bool) {
     if waiting {
-        set_note_keyed(
+        set_note(
             "the synchronous standbys of synchronous_standby_names (it commits with synchronous_commit = on)",
-            1,
+            WaitKind::SynchronousStandbys,
             None,
         );
     } else {
-        set_note("", None);
+        clear_note();
     }
 }
 
@@ -183,7 +174,7 @@ pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
     if rule == SlotRule::Off {
         // the setting emptied while a wait was noted: nothing is waited for
         if NOTED.with(Cell::get) {
-            set_note("", None);
+            clear_note();
         }
         return Ok(());
     }
@@ -219,7 +210,7 @@ pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
                 // SAFETY: ProcDiePending is this process's `volatile sig_atomic_t`, set by `die` on
                 // this thread; read volatile through a raw pointer, as C does.
                 if unsafe { (&raw const pg_sys::ProcDiePending).read_volatile() != 0 } {
-                    set_note("", None);
+                    clear_note();
                     // (55P03 for the callers that waited for this job: the
                     // worker is told to stop, not they; 57P01 would tell a
                     // client or a pooler that its own session was ended)
@@ -258,7 +249,7 @@ impl CommitWait {
             .is_none_or(|at: Instant| at.elapsed() >= NOTE_EVERY)
         {
             self.noted = Some(Instant::now());
-            set_note_keyed(what, wait_key(waiting), lag);
+            set_note(what, WaitKind::StandbySlots, lag);
         }
         if !self.logged && self.start.elapsed() >= LOG_AFTER {
             self.logged = true;
@@ -276,7 +267,7 @@ impl CommitWait {
     /// the end logged if its start was.
     fn end_confirmed(&self) {
         if NOTED.with(Cell::get) {
-            set_note("", None);
+            clear_note();
         }
         if self.noted.is_some() {
             // a backend's wake-up that came during the wait was

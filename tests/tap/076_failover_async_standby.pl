@@ -8,7 +8,8 @@
 #  C. rule '*', s1 stopped: once their cached segments are used, segment
 #     callers are refused with 55P03 naming slot s1, after at most about
 #     leaf_id.refill_timeout; snowflake callers once the lease ends; the
-#     worker's WARNING is in the log;
+#     worker's WARNING is in the log; leaf_id_worker_status shows the wait
+#     since s1 stopped, not since the last commit s2 lagged behind;
 #  D. the primary killed (kill -9); s1, which missed everything after it
 #     stopped, is promoted: no segment ID twice over everything drawn, and
 #     with the same worker id (node name and worker id from the copied
@@ -51,6 +52,9 @@ $primary->safe_psql('postgres', "ALTER SYSTEM SET leaf_id.synchronized_standby_s
 $primary->wait_for_catchup($_, 'flush') for ($s1, $s2);
 
 # --- C: a named standby stopped ------------------------------------------------
+# (a wait noted before this began has a since up to 2 s earlier: a worker's
+# commit just before the stop that s1 then never confirmed)
+my $t_stopping = time;
 $s1->stop;
 # s1 has nothing committed after this instant (it may have received WAL
 # while it shut down)
@@ -76,7 +80,8 @@ cmp_ok($waited, '<', 4.5, 'C: it waited at most about leaf_id.refill_timeout (3 
 ok($primary->log_contains(qr/WARNING: .*the worker's commit at [0-9A-F]+\/[0-9A-F]+ waits for standby slot "s1"/),
 	"C: the server log has the worker's warning");
 check_worker_activity($primary, qr/^leaf_id worker: its commit waits for standby slot "s1" \(/, 'names the slot its commit waits for',
-	qr/(standby slot "s2" \([^)]*\), )?standby slot "s1" \(flushed up to [0-9A-F]+\/[0-9A-F]+, \d+ bytes behind\)(, standby slot "s2" \([^)]*\))?/, 'bytes');
+	qr/(standby slot "s2" \([^)]*\), )?standby slot "s1" \(flushed up to [0-9A-F]+\/[0-9A-F]+, \d+ bytes behind\)(, standby slot "s2" \([^)]*\))?/, 'bytes',
+	$t_stopping - 2, $t0);
 
 # --- D: the primary dies, s1 is promoted -------------------------------------
 failover_to(\%drawn, $primary, $s1, $t_stop);

@@ -42,6 +42,9 @@ is(scalar @{ $drawn{snow} }, 2000, 'A: 2000 snowflake IDs');
 $primary->wait_for_catchup($_, 'flush') for ($s1, $s2);
 
 # --- C: the synchronous standby stopped ------------------------------------------
+# (a wait noted before this began has a since up to 2 s earlier: a worker's
+# commit just before the stop that s1 then never confirmed)
+my $t_stopping = time;
 $s1->stop;
 my $t_stop = time;
 my $seg_before = scalar @{ $drawn{seg} };
@@ -66,7 +69,8 @@ like($r->{err}, qr/the worker's commit waits for the synchronous standbys of syn
 note sprintf('C: the new call was refused after %.2f s: %s', $waited, $r->{err});
 cmp_ok($waited, '<', 4.5, 'C: it waited at most about leaf_id.refill_timeout (3 s)');
 check_worker_activity($primary, qr/^leaf_id worker: its commit waits for the synchronous standbys .* \| SyncRep$/, 'says that its commit waits for the synchronous standbys (SyncRep)',
-	qr/the synchronous standbys of synchronous_standby_names \(it commits with synchronous_commit = on\)/, 'null');
+	qr/the synchronous standbys of synchronous_standby_names \(it commits with synchronous_commit = on\)/, 'null',
+	$t_stopping - 2, $t0);
 
 # --- D: the primary dies, s1 is promoted -------------------------------------
 failover_to(\%drawn, $primary, $s1, $t_stop);

@@ -157,10 +157,14 @@ sub failover_to
 # caller waits for a refill (a client asks for 2000 IDs of tag 'order'
 # meanwhile, and is refused when the worker's commit is not confirmed):
 # "query | wait_event" of the first row whose query starts with
-# "leaf_id worker:", polled for up to 5 s ('' when none came).
+# "leaf_id worker:", polled for up to 5 s ('' when none came). The status
+# view must show the same wait with its lag ($lag: 'bytes' or 'null'), and
+# a since from the window [$from, $to] (Unix seconds): the worker's commits
+# have gone unconfirmed since the standby stopped, whichever other
+# standby lagged behind one of them meanwhile.
 sub check_worker_activity
 {
-	my ($node, $re, $what, $view_re, $lag) = @_;
+	my ($node, $re, $what, $view_re, $lag, $from, $to) = @_;
 	my $c = SegmentTap::start_client($node, 'postgres', 'activity_probe',
 		"SELECT count(leaf_segment_next('order')) FROM generate_series(1, 2000);\n");
 	my ($seen, $view) = ('', '');
@@ -173,7 +177,9 @@ sub check_worker_activity
 		# the status view (catalog 0.5.2): the segment worker's row, read as
 		# a pg_monitor member
 		$view = $node->safe_psql('postgres',
-			"SET ROLE leaf_watcher; SELECT standby_wait || ' | ' || (standby_wait_since <= now()) || ' | ' "
+			"SET ROLE leaf_watcher; SELECT standby_wait || ' | ' "
+			  . "|| (standby_wait_since BETWEEN to_timestamp($from) AND to_timestamp($to)) || ' | ' "
+			  . "|| extract(epoch FROM standby_wait_since) || ' | ' "
 			  . "|| coalesce(standby_lag_bytes::text, 'null') || ' | ' || (pid IS NOT NULL) "
 			  . "FROM leaf_id_worker_status WHERE mode = 'segment' AND standby_wait IS NOT NULL") if $view eq '';
 		Time::HiRes::usleep(50_000) if $seen eq '' || $view eq '';
@@ -183,8 +189,9 @@ sub check_worker_activity
 	note "C: the worker in leaf_id_worker_status: $view";
 	like($seen, $re, "C: the worker's row in pg_stat_activity $what");
 	my $lag_re = $lag eq 'bytes' ? qr/[1-9]\d*/ : qr/null/;
-	like($view, qr/^$view_re \| true \| $lag_re \| true$/,
-		"C: leaf_id_worker_status shows a pg_monitor member the same wait, since when, and the lag ($lag)");
+	note sprintf('C: the window of its since: %.3f to %.3f', $from, $to);
+	like($view, qr/^$view_re \| true \| [0-9.]+ \| $lag_re \| true$/,
+		"C: leaf_id_worker_status shows a pg_monitor member the same wait, since the standby stopped, and the lag ($lag)");
 }
 
 1;
