@@ -21,6 +21,9 @@ thread_local! {
     static NOTE_AT: Cell<Option<(usize, Role)>> = const { Cell::new(None) };
     /// Whether the note says the worker waits.
     static NOTED: Cell<bool> = const { Cell::new(false) };
+    /// The end of the latest commit whose wait for the slots timed out, its
+    /// note left in place; None once the note is cleared.
+    static TIMED_OUT_AT: Cell<Option<u64>> = const { Cell::new(None) };
 }
 
 /// How often the slots are read while a commit waits. A standby reports a
@@ -66,8 +69,14 @@ pub fn waiting_for(db: usize, dboid: u32, role: Role) -> String {
         .unwrap_or_default()
 }
 
+/// Whether a wait is noted, or a commit's wait timed out (its note left).
+fn note_pending() -> bool {
+    NOTED.with(Cell::get) || TIMED_OUT_AT.with(Cell::get).is_some()
+}
+
 /// The worker waits for nothing (any more).
 fn clear_note() {
+    TIMED_OUT_AT.with(|c| c.set(None));
     set_note("", WaitKind::Nothing, None)
 }
 
@@ -115,16 +124,21 @@ fn report_activity(what: &str) {
 
 /// Around the worker's commit when synchronous standbys are defined: the
 /// commit waits inside PostgreSQL for them (synchronous_commit = on), and a
-/// caller that times out meanwhile says so.
+/// caller that times out meanwhile says so. Each such commit's wait has its
+/// own since (one that failed leaves none to go on from). While an earlier
+/// commit's wait for the slots timed out unconfirmed, that note stays, with
+/// its since: the slots' wait goes on through this commit.
 pub(crate) fn note_synchronous_commit(waiting: bool) {
+    if TIMED_OUT_AT.with(Cell::get).is_some() {
+        return;
+    }
+    clear_note();
     if waiting {
         set_note(
             "the synchronous standbys of synchronous_standby_names (it commits with synchronous_commit = on)",
             WaitKind::SynchronousStandbys,
             None,
         );
-    } else {
-        clear_note();
     }
 }
 
@@ -173,7 +187,7 @@ pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
     let rule = crate::settings::standby_slots_rule();
     if rule == SlotRule::Off {
         // the setting emptied while a wait was noted: nothing is waited for
-        if NOTED.with(Cell::get) {
+        if note_pending() {
             clear_note();
         }
         return Ok(());
@@ -192,6 +206,12 @@ pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
         if !looked_for_slots {
             looked_for_slots = true;
             warn_without_physical_slot(&rule, &slots);
+            // the standbys caught up with the commit that timed out, though
+            // none of the worker's commits was confirmed since: that wait
+            // is over, and one of this commit starts its own since
+            if standby_rule::timed_out_wait_ended(&rule, &slots, TIMED_OUT_AT.with(Cell::get)) {
+                clear_note();
+            }
         }
         match standby_rule::verdict(&rule, &slots, commit_end) {
             Verdict::Confirmed => {
@@ -202,6 +222,7 @@ pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
                 let what = standby_rule::describe(&waiting);
                 wait.note(&what, &waiting);
                 if wait.start.elapsed() >= timeout {
+                    TIMED_OUT_AT.with(|c| c.set(Some(commit_end)));
                     return Err(timed_out(&what, timeout));
                 }
                 crate::runtime::clock::wait_on_latch(POLL);
@@ -266,7 +287,7 @@ impl CommitWait {
     /// the standbys), the worker's latch set if the wait noted itself, and
     /// the end logged if its start was.
     fn end_confirmed(&self) {
-        if NOTED.with(Cell::get) {
+        if note_pending() {
             clear_note();
         }
         if self.noted.is_some() {
@@ -288,7 +309,8 @@ impl CommitWait {
 /// The error of a commit that `what` did not confirm within `timeout`, the
 /// worker's latch set first (as when the standbys confirm). The note stays:
 /// the commit is still not confirmed, and the next job's wait goes on from
-/// it (the views' since).
+/// it (the views' since), unless the standbys have caught up with this
+/// commit by then (`TIMED_OUT_AT`).
 fn timed_out(what: &str, timeout: Duration) -> JobError {
     // SAFETY: MyLatch is this process's own latch, valid for its whole life.
     unsafe { pg_sys::SetLatch(pg_sys::MyLatch) };

@@ -5,6 +5,9 @@
 # empty). A primary, two streaming standbys with slots s1 and s2,
 # synchronous_standby_names = 'FIRST 1 (s1)':
 #  A. segment and snowflake IDs from several sessions, both standbys up;
+#  B. leaf_id.synchronized_standby_slots = 's2' as well, s2 stopped: the
+#     commits that wait for s1 and then time out waiting for s2 show one
+#     wait in leaf_id_worker_status, with the since of the first;
 #  C. s1 stopped: the worker's commits wait for it; once their cached
 #     segments are used, segment callers are refused with 55P03 (after at most
 #     about leaf_id.refill_timeout), having drawn at most their two segments
@@ -39,6 +42,34 @@ is(scalar(grep { $_->{rc} != 0 } @a), 0, 'A: every client drew all its IDs with 
   or diag join("\n", map { "$_->{name}: $_->{stderr}" } @a);
 is(scalar @{ $drawn{seg} }, 6000, 'A: 6000 segment IDs');
 is(scalar @{ $drawn{snow} }, 2000, 'A: 2000 snowflake IDs');
+$primary->wait_for_catchup($_, 'flush') for ($s1, $s2);
+
+# --- B: both ways at once --------------------------------------------------------
+# leaf_id.synchronized_standby_slots = 's2' beside the synchronous s1, and s2
+# stopped: each of the worker's commits waits for s1 inside PostgreSQL,
+# then for slot s2, and times out after 3 s. The status view's since stays
+# from the first of those waits: the synchronous wait of each later commit
+# does not start it again.
+$primary->safe_psql('postgres', "ALTER SYSTEM SET leaf_id.synchronized_standby_slots = 's2'; SELECT pg_reload_conf()");
+$s2->stop;
+my $t_b = time;
+my $since_q = q{SELECT extract(epoch FROM standby_wait_since) FROM leaf_id_worker_status
+  WHERE mode = 'segment' AND standby_wait LIKE 'standby slot "s2" (%'};
+# two calls, each refused after a refill that timed out: at least two of the
+# worker's commits waited for s2 (each job also locks, so commits, more)
+my @b_since;
+for my $i (1, 2)
+{
+	my $b = try_sql($primary, 'postgres', "SELECT leaf_segment_next('order') FROM generate_series(1, 2000)");
+	is($b->{sqlstate}, '55P03', "B: call $i is refused with 55P03, s2 stopped") or diag $b->{err};
+	push @b_since, $primary->safe_psql('postgres', $since_q);
+}
+note "B: the since after each call: @b_since (s2 stopped at $t_b)";
+ok($b_since[0] ne '' && $b_since[0] >= $t_b - 2,
+	"B: the status view shows the worker's wait for slot s2, begun after s2 stopped");
+is($b_since[1], $b_since[0], 'B: a later commit, which also waited for the synchronous s1, keeps the since');
+$s2->start;
+$primary->safe_psql('postgres', "ALTER SYSTEM RESET leaf_id.synchronized_standby_slots; SELECT pg_reload_conf()");
 $primary->wait_for_catchup($_, 'flush') for ($s1, $s2);
 
 # --- C: the synchronous standby stopped ------------------------------------------
