@@ -176,23 +176,9 @@ pub struct StandbyWaitNote {
     pub text: ErrorCell,
     /// Unix microseconds when the wait began (0 = none).
     pub since_us: AtomicI64,
-    /// The kind of wait (`WaitKind`): another kind starts another since.
-    pub kind: AtomicU64,
     /// The most bytes a waited-for slot is behind the commit; -1 = unknown
     /// (no position reported, no such slot, synchronous standbys).
     pub lag_bytes: AtomicI64,
-}
-
-/// What a worker's commit waits for, as `StandbyWaitNote::kind` stores it.
-#[repr(u64)]
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum WaitKind {
-    /// It waits for nothing.
-    Nothing = 0,
-    /// Its commit waits inside PostgreSQL for `synchronous_standby_names`.
-    SynchronousStandbys = 1,
-    /// It waits for the slots of `leaf_id.synchronized_standby_slots`.
-    StandbySlots = 2,
 }
 
 /// A worker's wait for standbys, as the status views show it.
@@ -203,19 +189,18 @@ pub struct StandbyWait {
 }
 
 impl StandbyWaitNote {
-    /// The database's lock held. `WaitKind::Nothing` (with an empty `what`)
-    /// ends the wait. A wait of the same kind goes on from its since, whichever
-    /// slots it names now: one standby stopped keeps the worker's commits
-    /// unconfirmed while another lags a round trip behind each of them, and
-    /// an alert on the since must not start again at every commit.
-    pub fn set(&self, what: &str, kind: WaitKind, lag_bytes: Option<i64>, now_us: i64) {
-        let kind = kind as u64;
-        if kind == WaitKind::Nothing as u64 {
+    /// The database's lock held. An empty `what` ends the wait. Until then
+    /// the since stays, whatever `what` says meanwhile: one standby stopped
+    /// keeps the worker's commits unconfirmed while another lags a round trip
+    /// behind each of them, or while each also waits for the synchronous
+    /// standbys, and an alert on the since must not start again at every
+    /// commit (`standby_wait` clears the note where a wait ends).
+    pub fn set(&self, what: &str, lag_bytes: Option<i64>, now_us: i64) {
+        if what.is_empty() {
             self.since_us.store(0, SeqCst);
-        } else if self.since_us.load(SeqCst) == 0 || self.kind.load(SeqCst) != kind {
+        } else if self.since_us.load(SeqCst) == 0 {
             self.since_us.store(now_us, SeqCst);
         }
-        self.kind.store(kind, SeqCst);
         self.lag_bytes.store(lag_bytes.unwrap_or(-1), SeqCst);
         self.text.set(0, what);
     }
@@ -1315,34 +1300,30 @@ impl Shared {
 
 #[cfg(test)]
 mod tests {
-    use super::{DbSlot, StandbyWaitNote, WaitKind};
+    use super::{DbSlot, StandbyWaitNote};
 
-    /// A wait's since stays while the worker waits for slots, whichever slots
-    /// the text names; it starts again after the wait ended, and with another
-    /// kind of wait.
+    /// A wait's since stays whatever the note says meanwhile, and starts
+    /// again only after the wait ended.
     #[test]
-    fn a_wait_for_slots_keeps_its_since_while_the_slots_named_change() {
+    fn a_wait_keeps_its_since_until_it_ends() {
         // SAFETY: zeroed memory is a note that waits for nothing (the
         // module's doc: shared memory starts zeroed).
         let note: Box<StandbyWaitNote> = unsafe { Box::new_zeroed().assume_init() };
         let since = |n: &StandbyWaitNote| n.get().map(|w| w.since_us);
         assert_eq!(since(&note), None);
-        note.set("slot s1", WaitKind::StandbySlots, Some(800), 100);
-        note.set("slot s1, slot s2", WaitKind::StandbySlots, Some(800), 200);
-        note.set("slot s2", WaitKind::StandbySlots, None, 300);
+        note.set("slot s1", Some(800), 100);
+        note.set("slot s1, slot s2", Some(800), 200);
+        note.set("the synchronous standbys", None, 300);
+        note.set("slot s2", None, 400);
         assert_eq!(since(&note), Some(100));
         assert_eq!(
             note.get().map(|w| (w.what, w.lag_bytes)),
             Some(("slot s2".into(), None))
         );
-        note.set("sync", WaitKind::SynchronousStandbys, None, 400);
-        assert_eq!(since(&note), Some(400));
-        note.set("slot s1", WaitKind::StandbySlots, Some(8), 500);
-        assert_eq!(since(&note), Some(500));
-        note.set("", WaitKind::Nothing, None, 600);
+        note.set("", None, 500);
         assert_eq!(since(&note), None);
-        note.set("slot s1", WaitKind::StandbySlots, Some(8), 700);
-        assert_eq!(since(&note), Some(700));
+        note.set("slot s1", Some(8), 600);
+        assert_eq!(since(&note), Some(600));
     }
 
     /// A reader beside the writer sees one of the names written, whole:

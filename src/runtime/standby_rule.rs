@@ -98,16 +98,17 @@ pub enum Verdict {
     Waiting(Vec<(String, Behind)>),
 }
 
-/// Whether the slots have by now flushed past `timed_out_at`, the end of the
-/// worker's latest commit whose wait timed out (None: none did, or a later
-/// one was confirmed): then the wait that commit began is over, though no
-/// commit was confirmed since, and the next wait has a since of its own.
-pub fn timed_out_wait_ended(
+/// Whether the slots have by now flushed past `unconfirmed_at`, the end of
+/// the worker's latest commit whose wait ended unconfirmed (None: none did,
+/// or a later one was confirmed): then the wait that commit began is over,
+/// though no commit was confirmed since, and the next wait has a since of
+/// its own.
+pub fn unconfirmed_wait_ended(
     rule: &SlotRule,
     slots: &[SlotState],
-    timed_out_at: Option<u64>,
+    unconfirmed_at: Option<u64>,
 ) -> bool {
-    timed_out_at.is_some_and(|end| verdict(rule, slots, end) == Verdict::Confirmed)
+    unconfirmed_at.is_some_and(|end| verdict(rule, slots, end) == Verdict::Confirmed)
 }
 
 /// Has every slot the rule names flushed past `commit_end` (the end of the
@@ -233,18 +234,22 @@ mod tests {
     }
 
     #[test]
-    fn a_timed_out_wait_ends_once_the_slots_flushed_past_its_commit() {
+    fn an_unconfirmed_wait_ends_once_the_slots_flushed_past_its_commit() {
         let every = SlotRule::EveryPhysical;
         let slots = [slot("s1", Some(100)), slot("s2", Some(300))];
-        assert!(!timed_out_wait_ended(&every, &slots, None));
-        assert!(timed_out_wait_ended(&every, &slots, Some(100)));
+        assert!(!unconfirmed_wait_ended(&every, &slots, None));
+        assert!(unconfirmed_wait_ended(&every, &slots, Some(100)));
         // s1 is still short of it
-        assert!(!timed_out_wait_ended(&every, &slots, Some(101)));
+        assert!(!unconfirmed_wait_ended(&every, &slots, Some(101)));
         // only the named slots count
         let s2 = SlotRule::Named(vec!["s2".into()]);
-        assert!(timed_out_wait_ended(&s2, &slots, Some(300)));
-        assert!(!timed_out_wait_ended(&s2, &slots, Some(301)));
-        assert!(!timed_out_wait_ended(&every, &[slot("s1", None)], Some(1)));
+        assert!(unconfirmed_wait_ended(&s2, &slots, Some(300)));
+        assert!(!unconfirmed_wait_ended(&s2, &slots, Some(301)));
+        assert!(!unconfirmed_wait_ended(
+            &every,
+            &[slot("s1", None)],
+            Some(1)
+        ));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! job that wrote, and refuses the job's result when it fails).
 
 use crate::runtime::job_error::{JobError, spi_err};
-use crate::runtime::shmem::{Role, WaitKind};
+use crate::runtime::shmem::Role;
 use crate::runtime::standby_rule::{self, NoSlot, SlotRule, SlotState, Verdict};
 use crate::runtime::worker_sql;
 use pgrx::pg_sys;
@@ -21,9 +21,10 @@ thread_local! {
     static NOTE_AT: Cell<Option<(usize, Role)>> = const { Cell::new(None) };
     /// Whether the note says the worker waits.
     static NOTED: Cell<bool> = const { Cell::new(false) };
-    /// The end of the latest commit whose wait for the slots timed out, its
-    /// note left in place; None once the note is cleared.
-    static TIMED_OUT_AT: Cell<Option<u64>> = const { Cell::new(None) };
+    /// The end of the latest commit whose wait for the slots ended
+    /// unconfirmed (timed out, or the slots could not be read), its note
+    /// left in place; None once the note is cleared.
+    static UNCONFIRMED_AT: Cell<Option<u64>> = const { Cell::new(None) };
 }
 
 /// How often the slots are read while a commit waits. A standby reports a
@@ -49,7 +50,7 @@ pub fn note_waits_at(db: usize, role: Role) {
 pub fn forget_wait(db: usize, role: Role) {
     if let Some(sh) = crate::runtime::shmem::shared() {
         let _g = sh.lock_db(db);
-        sh.db(db).standby_wait[role as usize].set("", WaitKind::Nothing, None, 0);
+        sh.db(db).standby_wait[role as usize].set("", None, 0);
     }
 }
 
@@ -69,18 +70,19 @@ pub fn waiting_for(db: usize, dboid: u32, role: Role) -> String {
         .unwrap_or_default()
 }
 
-/// Whether a wait is noted, or a commit's wait timed out (its note left).
+/// Whether a wait is noted, or a commit's wait ended unconfirmed (its note
+/// left).
 fn note_pending() -> bool {
-    NOTED.with(Cell::get) || TIMED_OUT_AT.with(Cell::get).is_some()
+    NOTED.with(Cell::get) || UNCONFIRMED_AT.with(Cell::get).is_some()
 }
 
 /// The worker waits for nothing (any more).
 fn clear_note() {
-    TIMED_OUT_AT.with(|c| c.set(None));
-    set_note("", WaitKind::Nothing, None)
+    UNCONFIRMED_AT.with(|c| c.set(None));
+    set_note("", None)
 }
 
-fn set_note(what: &str, kind: WaitKind, lag_bytes: Option<i64>) {
+fn set_note(what: &str, lag_bytes: Option<i64>) {
     let Some((db, role)) = NOTE_AT.with(|c| c.get()) else {
         return;
     };
@@ -90,12 +92,7 @@ fn set_note(what: &str, kind: WaitKind, lag_bytes: Option<i64>) {
         return;
     };
     let _g = sh.lock_db(db);
-    sh.db(db).standby_wait[role as usize].set(
-        what,
-        kind,
-        lag_bytes,
-        crate::runtime::clock::unix_us(),
-    );
+    sh.db(db).standby_wait[role as usize].set(what, lag_bytes, crate::runtime::clock::unix_us());
 }
 
 /// The worker's row in pg_stat_activity (its `query`, which only
@@ -125,20 +122,22 @@ fn report_activity(what: &str) {
 /// Around the worker's commit when synchronous standbys are defined: the
 /// commit waits inside PostgreSQL for them (synchronous_commit = on), and a
 /// caller that times out meanwhile says so. Each such commit's wait has its
-/// own since (one that failed leaves none to go on from). While an earlier
-/// commit's wait for the slots timed out unconfirmed, that note stays, with
-/// its since: the slots' wait goes on through this commit.
+/// own since (one that failed leaves none to go on from), unless an earlier
+/// commit's wait for the slots ended unconfirmed: the worker's commits have
+/// gone unconfirmed since that one's, and its note comes back with this
+/// commit's `confirm`.
 pub(crate) fn note_synchronous_commit(waiting: bool) {
-    if TIMED_OUT_AT.with(Cell::get).is_some() {
-        return;
-    }
-    clear_note();
+    let unconfirmed = UNCONFIRMED_AT.with(Cell::get).is_some();
     if waiting {
+        if !unconfirmed {
+            clear_note();
+        }
         set_note(
             "the synchronous standbys of synchronous_standby_names (it commits with synchronous_commit = on)",
-            WaitKind::SynchronousStandbys,
             None,
         );
+    } else if !unconfirmed {
+        clear_note();
     }
 }
 
@@ -202,14 +201,19 @@ pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
     };
     let mut looked_for_slots = false;
     loop {
-        let slots = read_slots()?;
+        let slots = read_slots().inspect_err(|_| {
+            // the commit stays unconfirmed, and so does the note's wait
+            if NOTED.with(Cell::get) {
+                UNCONFIRMED_AT.with(|c| c.set(Some(commit_end)));
+            }
+        })?;
         if !looked_for_slots {
             looked_for_slots = true;
             warn_without_physical_slot(&rule, &slots);
-            // the standbys caught up with the commit that timed out, though
+            // the standbys caught up with the commit left unconfirmed, though
             // none of the worker's commits was confirmed since: that wait
             // is over, and one of this commit starts its own since
-            if standby_rule::timed_out_wait_ended(&rule, &slots, TIMED_OUT_AT.with(Cell::get)) {
+            if standby_rule::unconfirmed_wait_ended(&rule, &slots, UNCONFIRMED_AT.with(Cell::get)) {
                 clear_note();
             }
         }
@@ -222,7 +226,7 @@ pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
                 let what = standby_rule::describe(&waiting);
                 wait.note(&what, &waiting);
                 if wait.start.elapsed() >= timeout {
-                    TIMED_OUT_AT.with(|c| c.set(Some(commit_end)));
+                    UNCONFIRMED_AT.with(|c| c.set(Some(commit_end)));
                     return Err(timed_out(&what, timeout));
                 }
                 crate::runtime::clock::wait_on_latch(POLL);
@@ -270,7 +274,7 @@ impl CommitWait {
             .is_none_or(|at: Instant| at.elapsed() >= NOTE_EVERY)
         {
             self.noted = Some(Instant::now());
-            set_note(what, WaitKind::StandbySlots, lag);
+            set_note(what, lag);
         }
         if !self.logged && self.start.elapsed() >= LOG_AFTER {
             self.logged = true;
@@ -310,7 +314,7 @@ impl CommitWait {
 /// worker's latch set first (as when the standbys confirm). The note stays:
 /// the commit is still not confirmed, and the next job's wait goes on from
 /// it (the views' since), unless the standbys have caught up with this
-/// commit by then (`TIMED_OUT_AT`).
+/// commit by then (`UNCONFIRMED_AT`).
 fn timed_out(what: &str, timeout: Duration) -> JobError {
     // SAFETY: MyLatch is this process's own latch, valid for its whole life.
     unsafe { pg_sys::SetLatch(pg_sys::MyLatch) };
