@@ -7,13 +7,14 @@
 #  A. segment and snowflake IDs from several sessions, both standbys up;
 #  B. leaf_id.synchronized_standby_slots = 's2' as well, s2 stopped: the
 #     commits that wait for s1 and then time out waiting for s2 show one
-#     wait in leaf_id_worker_status, with the since of the first;
-#  C. s1 stopped too: the worker's next commit waits for it; once their
-#     cached segments are used, segment callers are refused with 55P03
-#     (after at most about leaf_id.refill_timeout), having drawn at most
-#     their two segments after the stop; snowflake callers once the lease
-#     ends; the callers, pg_stat_activity and leaf_id_worker_status say the
-#     worker waits for the synchronous standbys, since B's wait began;
+#     wait in leaf_id_worker_status, with the since of the first; then s1
+#     stopped too: the caller, pg_stat_activity and the view say that the
+#     worker's commit waits for the synchronous standbys, with that since;
+#     then both back, and the slot setting emptied again;
+#  C. s1 stopped: the worker's commits wait for it; once their cached
+#     segments are used, segment callers are refused with 55P03 (after at most
+#     about leaf_id.refill_timeout), having drawn at most their two segments
+#     after the stop; snowflake callers once the lease ends;
 #  D. the primary killed (kill -9); s1, which missed everything after it
 #     stopped, is promoted with its clock set back to 4 s after it stopped:
 #     no segment ID twice over everything drawn, and every snowflake ID of
@@ -73,10 +74,33 @@ note "B: the since after each call: @b_since (s2 began to stop at $t_b)";
 ok($b_since[0] ne '' && $b_since[0] >= $t_b - 1,
 	"B: the status view shows the worker's wait, begun after s2 began to stop");
 is($b_since[1], $b_since[0], 'B: a later commit, which also waited for the synchronous s1, keeps the since');
+# s1 stopped too (s2 still stopped and named): the worker's next commit
+# waits for s1 with no end, and says so, though its commits have gone
+# unconfirmed since the first wait for s2
+$s1->stop;
+$primary->poll_query_until('postgres', q{SELECT count(*) > 0 FROM pg_stat_activity
+  WHERE backend_type = 'leaf_id segment worker' AND wait_event = 'SyncRep'})
+  or die 'B: the segment worker did not wait for the synchronous standby';
+my $b2 = try_sql($primary, 'postgres', "SELECT leaf_segment_next('order') FROM generate_series(1, 2000)");
+like($b2->{err}, qr/55P03: .*the worker's commit waits for the synchronous standbys of synchronous_standby_names/,
+	'B: with s1 stopped too, the refused caller is told that the worker waits for the synchronous standbys');
+check_worker_activity($primary, qr/^leaf_id worker: its commit waits for the synchronous standbys .* \| SyncRep$/,
+	'says that its commit waits for the synchronous standbys (SyncRep)',
+	qr/the synchronous standbys of synchronous_standby_names \(it commits with synchronous_commit = on\)/, 'null',
+	$b_since[1] - 0.001, $b_since[1] + 0.001, 'B');
+$s1->start;
+$s2->start;
+$primary->safe_psql('postgres', "ALTER SYSTEM RESET leaf_id.synchronized_standby_slots; SELECT pg_reload_conf()");
+$primary->wait_for_catchup($_, 'flush') for ($s1, $s2);
+# (the next commit finds the setting emptied and clears the wait)
+$primary->poll_query_until('postgres',
+	q{SELECT standby_wait IS NULL FROM leaf_id_worker_status WHERE mode = 'segment'})
+  or die 'B: the wait was still shown with both standbys back and the setting emptied';
 
-# --- C: the synchronous standby stopped too ---------------------------------------
-# (s2 stays stopped and named: the worker's commits have gone unconfirmed
-# since B, and the one that now waits for s1 says so)
+# --- C: the synchronous standby stopped ------------------------------------------
+# (a wait noted before this began has a since up to 2 s earlier: a worker's
+# commit just before the stop that s1 then never confirmed)
+my $t_stopping = time;
 $s1->stop;
 my $t_stop = time;
 my $seg_before = scalar @{ $drawn{seg} };
@@ -102,7 +126,7 @@ note sprintf('C: the new call was refused after %.2f s: %s', $waited, $r->{err})
 cmp_ok($waited, '<', 4.5, 'C: it waited at most about leaf_id.refill_timeout (3 s)');
 check_worker_activity($primary, qr/^leaf_id worker: its commit waits for the synchronous standbys .* \| SyncRep$/, 'says that its commit waits for the synchronous standbys (SyncRep)',
 	qr/the synchronous standbys of synchronous_standby_names \(it commits with synchronous_commit = on\)/, 'null',
-	$t_b - 1, $t0);
+	$t_stopping - 2, $t0);
 
 # --- D: the primary dies, s1 is promoted -------------------------------------
 failover_to(\%drawn, $primary, $s1, $t_stop);

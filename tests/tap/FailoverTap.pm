@@ -161,10 +161,12 @@ sub failover_to
 # view must show the same wait with its lag ($lag: 'bytes' or 'null'), and
 # a since from the window [$from, $to] (Unix seconds): the worker's commits
 # have gone unconfirmed since the standby stopped, whichever other
-# standby lagged behind one of them meanwhile.
+# standby lagged behind one of them meanwhile. $phase names the checks
+# ('C' unless given).
 sub check_worker_activity
 {
-	my ($node, $re, $what, $view_re, $lag, $from, $to) = @_;
+	my ($node, $re, $what, $view_re, $lag, $from, $to, $phase) = @_;
+	$phase //= 'C';
 	my $c = SegmentTap::start_client($node, 'postgres', 'activity_probe',
 		"SELECT count(leaf_segment_next('order')) FROM generate_series(1, 2000);\n");
 	my ($seen, $view) = ('', '');
@@ -185,13 +187,13 @@ sub check_worker_activity
 		Time::HiRes::usleep(50_000) if $seen eq '' || $view eq '';
 	}
 	SegmentTap::finish_clients(30, $c);
-	note "C: the worker in pg_stat_activity: $seen";
-	note "C: the worker in leaf_id_worker_status: $view";
-	like($seen, $re, "C: the worker's row in pg_stat_activity $what");
+	note "$phase: the worker in pg_stat_activity: $seen";
+	note "$phase: the worker in leaf_id_worker_status: $view";
+	like($seen, $re, "$phase: the worker's row in pg_stat_activity $what");
 	my $lag_re = $lag eq 'bytes' ? qr/[1-9]\d*/ : qr/null/;
-	note sprintf('C: the window of its since: %.3f to %.3f', $from, $to);
+	note sprintf("$phase: the window of its since: %.3f to %.3f", $from, $to);
 	like($view, qr/^$view_re \| true \| [0-9.]+ \| $lag_re \| true$/,
-		"C: leaf_id_worker_status shows a pg_monitor member the same wait, since the standby stopped, and the lag ($lag)");
+		"$phase: leaf_id_worker_status shows a pg_monitor member the same wait, since the standby stopped, and the lag ($lag)");
 }
 
 1;
