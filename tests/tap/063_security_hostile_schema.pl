@@ -70,9 +70,17 @@ is($node->safe_psql('postgres', "SELECT nspname FROM pg_namespace WHERE nspname 
 # own; the workers, connected again, still run as the bootstrap superuser.
 $node->safe_psql('postgres', 'SET ROLE mallory; ALTER DATABASE postgres SET role = mallory');
 is($node->safe_psql('postgres', 'SELECT current_user'), 'mallory', 'premise: a new session of the database is mallory');
-$node->safe_psql('postgres', q{SET ROLE NONE; SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type LIKE 'leaf_id % worker'});
-$node->poll_query_until('postgres', q{SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type LIKE 'leaf_id % worker'})
-  or die 'the workers did not leave';
+{
+	# (as the bootstrap superuser: to mallory, pg_stat_activity hides the
+	# workers' backend_type, and the poll would end at once)
+	local $ENV{PGOPTIONS} = '-c role=none';
+	is($node->safe_psql('postgres', 'SELECT current_user'), $node->safe_psql('postgres', 'SELECT session_user'),
+		'premise: the poll runs as the bootstrap superuser');
+	cmp_ok($node->safe_psql('postgres', q{SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		  WHERE backend_type LIKE 'leaf_id % worker'}), '>=', 1, 'premise: workers were running, and are told to stop');
+	$node->poll_query_until('postgres', q{SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type LIKE 'leaf_id % worker'})
+	  or die 'the workers did not leave';
+}
 $node->safe_psql('postgres', "SET ROLE NONE; INSERT INTO leaf_id_catalog.leaf_alloc (biz_tag, step) VALUES ('after_set_role', 5)");
 my $r = try_sql($node, 'postgres', "SELECT $qs.leaf_segment_next('after_set_role'), $qs.leaf_snowflake_next() IS NOT NULL");
 is($r->{ret}, 0, 'with role = mallory set for the database, a refill and a claim by new workers work')
