@@ -21,9 +21,10 @@ thread_local! {
     static NOTE_AT: Cell<Option<(usize, Role)>> = const { Cell::new(None) };
     /// Whether the note says the worker waits.
     static NOTED: Cell<bool> = const { Cell::new(false) };
-    /// The end of the latest commit whose wait for the slots ended
+    /// The end of the latest commit whose noted wait for the slots ended
     /// unconfirmed (timed out, or the slots could not be read), its note
-    /// left in place; None once the note is cleared.
+    /// left in place (`leave_unconfirmed`); None once the note is cleared,
+    /// so Some only while `NOTED`.
     static UNCONFIRMED_AT: Cell<Option<u64>> = const { Cell::new(None) };
 }
 
@@ -70,10 +71,12 @@ pub fn waiting_for(db: usize, dboid: u32, role: Role) -> String {
         .unwrap_or_default()
 }
 
-/// Whether a wait is noted, or a commit's wait ended unconfirmed (its note
-/// left).
-fn note_pending() -> bool {
-    NOTED.with(Cell::get) || UNCONFIRMED_AT.with(Cell::get).is_some()
+/// The commit at `commit_end` stays unconfirmed, and so does the noted
+/// wait: its note stays, with its since (a renewal helper notes nothing).
+fn leave_unconfirmed(commit_end: u64) {
+    if NOTED.with(Cell::get) {
+        UNCONFIRMED_AT.with(|c| c.set(Some(commit_end)));
+    }
 }
 
 /// The worker waits for nothing (any more).
@@ -186,7 +189,7 @@ pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
     let rule = crate::settings::standby_slots_rule();
     if rule == SlotRule::Off {
         // the setting emptied while a wait was noted: nothing is waited for
-        if note_pending() {
+        if NOTED.with(Cell::get) {
             clear_note();
         }
         return Ok(());
@@ -201,12 +204,7 @@ pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
     };
     let mut looked_for_slots = false;
     loop {
-        let slots = read_slots().inspect_err(|_| {
-            // the commit stays unconfirmed, and so does the note's wait
-            if NOTED.with(Cell::get) {
-                UNCONFIRMED_AT.with(|c| c.set(Some(commit_end)));
-            }
-        })?;
+        let slots = read_slots().inspect_err(|_| leave_unconfirmed(commit_end))?;
         if !looked_for_slots {
             looked_for_slots = true;
             warn_without_physical_slot(&rule, &slots);
@@ -226,7 +224,7 @@ pub(crate) fn confirm(commit_end: u64) -> Result<(), JobError> {
                 let what = standby_rule::describe(&waiting);
                 wait.note(&what, &waiting);
                 if wait.start.elapsed() >= timeout {
-                    UNCONFIRMED_AT.with(|c| c.set(Some(commit_end)));
+                    leave_unconfirmed(commit_end);
                     return Err(timed_out(&what, timeout));
                 }
                 crate::runtime::clock::wait_on_latch(POLL);
@@ -291,7 +289,7 @@ impl CommitWait {
     /// the standbys), the worker's latch set if the wait noted itself, and
     /// the end logged if its start was.
     fn end_confirmed(&self) {
-        if note_pending() {
+        if NOTED.with(Cell::get) {
             clear_note();
         }
         if self.noted.is_some() {
